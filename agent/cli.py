@@ -1,0 +1,369 @@
+"""The `edge-agent` command line. Thin: parses options, calls the store, prints.
+
+The only module that prints for people. Exit codes: 0 ok, 1 usage/unexpected,
+2 click usage errors, 74 store I/O error (disk full, unwritable, damaged),
+78 configuration error (the systemd unit does not restart on 78).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from agent import __version__, render
+from agent.errors import ConfigError, StoreError
+from agent.settings import DEFAULT_CONFIG, parse_size, store_settings
+from agent.sources.importer import import_file
+from agent.store import report
+from agent.store.store import Store
+
+EX_IOERR = 74
+EX_CONFIG = 78
+
+T = TypeVar("T")
+
+
+class Context:
+    def __init__(self, db: str | None, config: str, max_db_size: str | None, synchronous: str | None) -> None:
+        self.db = db
+        self.config = config
+        self.max_db_size = max_db_size
+        self.synchronous = synchronous
+
+    async def open_store(self) -> Store:
+        path, sync, max_bytes = store_settings(
+            db=self.db, config_path=self.config, synchronous=self.synchronous, max_size=self.max_db_size
+        )
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return await Store.open(path, synchronous=sync, max_bytes=max_bytes)
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's coroutine and map our errors to exit codes with a clear message."""
+    try:
+        return asyncio.run(fn())  # type: ignore[arg-type]
+    except ConfigError as exc:
+        click.echo(f"edge-agent: configuration error: {exc}", err=True)
+        sys.exit(EX_CONFIG)
+    except StoreError as exc:
+        click.echo(f"edge-agent: {exc}", err=True)
+        sys.exit(EX_IOERR)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--db",
+    metavar="PATH",
+    envvar="EDGE_AGENT_DB",
+    help="SQLite store to use (created if missing). Wins over the store path in the config.",
+)
+@click.option(
+    "-c",
+    "--config",
+    metavar="FILE",
+    default=DEFAULT_CONFIG,
+    show_default=True,
+    envvar="EDGE_AGENT_CONFIG",
+    help="Gateway configuration (YAML); its store.path is used when --db is not given.",
+)
+@click.option(
+    "--max-db-size",
+    metavar="SIZE",
+    help="Size quota for the store, e.g. 512MB or 2GB. When reached, writes fail loudly; nothing committed is lost.",
+)
+@click.option(
+    "--synchronous",
+    type=click.Choice(["FULL", "EXTRA", "NORMAL"], case_sensitive=False),
+    help="SQLite durability. FULL (default) survives power loss; NORMAL may lose the last commits.",
+)
+@click.version_option(__version__, prog_name="edge-agent")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None, config: str, max_db_size: str | None, synchronous: str | None) -> None:
+    """edge-agent: records every controller event once, keyed by (source, transitionId, bootId).
+
+    \b
+    Quick start:
+      edge-agent --db events.db import capture.jsonl      # ingest an offline capture
+      edge-agent --db events.db report                    # canonical events, boots, pending
+      edge-agent --db events.db report --json             # the same, for programs
+
+    Arrival time is evidence, never identity: a repeat of a key is a duplicate,
+    the same key with other content is a conflict (both kept), and a delivery
+    without a bootId stays identity_incomplete; no boot id is ever made up.
+    """
+    if max_db_size is not None:
+        try:
+            parse_size(max_db_size)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--max-db-size") from exc
+    ctx.obj = Context(db, config, max_db_size, synchronous)
+
+
+# --- import --------------------------------------------------------------------
+
+
+class Progress:
+    """A progress line on stderr for imports that take more than a moment (never on stdout)."""
+
+    def __init__(self, total_bytes: int, enabled: bool) -> None:
+        self.total = max(total_bytes, 1)
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done_bytes: int, lines: int) -> None:
+        elapsed = time.monotonic() - self.start
+        if not self.enabled or elapsed < 1.0:
+            return
+        rate = lines / elapsed if elapsed > 0 else 0.0
+        pct = 100.0 * done_bytes / self.total
+        click.echo(f"\rimport: {pct:5.1f}%  {lines} lines  {rate:,.0f} lines/s ", err=True, nl=False)
+        self.shown = True
+
+    def finish(self) -> None:
+        if self.shown:
+            click.echo("", err=True)
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option("--json", "as_json", is_flag=True, help="One JSON result per non-blank line, printed after commit.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress on stderr (default: when stderr is a terminal).",
+)
+@click.option("--receiver", metavar="NAME", help="Receiver recorded as evidence (default: import:<file name>).")
+@click.pass_obj
+def import_cmd(obj: Context, file: str, as_json: bool, progress: bool | None, receiver: str | None) -> None:
+    """Ingest FILE (JSON Lines, one delivery per line) into the store.
+
+    \b
+    Each line: {"source": "PUMP-07/Trip", "transitionId": "T91", "bootId": "B17",
+                "sourceTimestamp": "2026-04-22T08:00:12.120Z",
+                "arrivalAt": "2026-04-22T08:00:12.180Z", "payload": {"state": "Trip"}}
+
+    Every line is kept: unparseable lines are `rejected` with their line
+    number and raw text, and the rest of the file goes on. With --json, one
+    object per line {"line", "decision", "canonical_id", "duplicate_of",
+    "reason", "flags"} is printed only after that line is committed. Exits 0
+    when every line was stored, 74 when the store could not be written.
+    """
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = Progress(Path(file).stat().st_size, show)
+    counts: dict[str, int] = {}
+    rejected: list[tuple[int, str]] = []
+
+    async def go() -> None:
+        store = await obj.open_store()
+        try:
+            async for results in import_file(store, file, receiver=receiver, on_progress=bar):
+                if as_json:
+                    out = "".join(
+                        json.dumps(
+                            {
+                                "line": r.line,
+                                "decision": r.outcome.decision.value,
+                                "canonical_id": r.outcome.canonical_id,
+                                "duplicate_of": r.outcome.duplicate_of,
+                                "reason": r.outcome.reason,
+                                "flags": list(r.outcome.flags),
+                            }
+                        )
+                        + "\n"
+                        for r in results
+                    )
+                    sys.stdout.write(out)
+                    sys.stdout.flush()
+                for r in results:
+                    d = r.outcome.decision.value
+                    counts[d] = counts.get(d, 0) + 1
+                    if d == "rejected" and len(rejected) < 20:
+                        rejected.append((r.line, r.outcome.reason or ""))
+        finally:
+            bar.finish()
+            await store.close()
+
+    run_async(go)
+    if not as_json:
+        total = sum(counts.values())
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        click.echo(f"imported {total} lines from {file}: {parts or 'nothing'}")
+        for line, reason in rejected:
+            click.echo(f"  line {line}: rejected: {reason}")
+        if counts.get("rejected", 0) > len(rejected):
+            click.echo(f"  ... and {counts['rejected'] - len(rejected)} more rejected lines (see `report`)")
+
+
+# --- report ----------------------------------------------------------------------
+
+
+async def _collect(it: AsyncIterator[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+    out = []
+    async for row in it:
+        out.append(row)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+async def _write_json_report(store: Store, sort: str) -> None:
+    """Stream the report as one JSON object, section by section (memory stays flat)."""
+    w = sys.stdout.write
+    w('{"summary": ' + json.dumps(await report.summary(store.db)))
+    sections: list[tuple[str, AsyncIterator[dict[str, Any]]]] = [
+        ("events", report.events(store.db, sort)),
+        ("arrivals", report.arrivals(store.db)),
+        ("boots", report.boots(store.db)),
+        ("gaps", report.anomalies(store.db, gaps=True)),
+        ("anomalies", report.anomalies(store.db, gaps=False)),
+        ("pending", report.pending(store.db)),
+    ]
+    for name, rows in sections:
+        w(f', "{name}": [')
+        first = True
+        async for row in rows:
+            w(("" if first else ", ") + json.dumps(row, ensure_ascii=False))
+            first = False
+        w("]")
+    w("}\n")
+
+
+@cli.command("report")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ...")
+@click.option("--csv", "as_csv", is_flag=True, help="Canonical events as CSV (one row per event).")
+@click.option(
+    "--sort",
+    type=click.Choice(sorted(report.SORTS)),
+    default="arrival",
+    show_default=True,
+    help="Order of events: by first arrival, state (conflicts first), generation (device, bootId), source, id.",
+)
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows per table for people (0: all).")
+@click.pass_obj
+def report_cmd(obj: Context, as_json: bool, as_csv: bool, sort: str, limit: int) -> None:
+    """Show what the store holds: counts, canonical events, boots, gaps, pending.
+
+    Source events, arrivals and delivery attempts are always counted apart.
+    """
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+
+    async def go() -> None:
+        store = await obj.open_store()
+        try:
+            if as_json:
+                await _write_json_report(store, sort)
+            elif as_csv:
+                writer = csv.writer(sys.stdout)
+                cols = render.EVENT_COLUMNS
+                writer.writerow([f for _, f in cols])
+                async for ev in report.events(store.db, sort):
+                    writer.writerow([render.cell(ev[f]) if f == "payload" else ev[f] for _, f in cols])
+            else:
+                await _print_tables(store, sort, limit or None)
+        finally:
+            await store.close()
+
+    run_async(go)
+
+
+async def _print_tables(store: Store, sort: str, limit: int | None) -> None:
+    summary = await report.summary(store.db)
+    click.echo(f"store: {store.path}")
+    for line in render.summary_lines(summary):
+        click.echo(line)
+    click.echo("")
+    click.echo(f"canonical events (sorted by {sort}):")
+    evs = await _collect(report.events(store.db, sort), limit)
+    for line in render.table(render.headers_of(render.EVENT_COLUMNS), render.rows_of(evs, render.EVENT_COLUMNS)):
+        click.echo(line)
+    if limit is not None and summary["source_events"] > len(evs):
+        click.echo(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
+    bts = await _collect(report.boots(store.db), limit)
+    if bts:
+        click.echo("\nboots observed:")
+        for line in render.table(render.headers_of(render.BOOT_COLUMNS), render.rows_of(bts, render.BOOT_COLUMNS)):
+            click.echo(line)
+    for title, gaps in (("gaps", True), ("anomalies", False)):
+        recs = await _collect(report.anomalies(store.db, gaps=gaps), limit)
+        if recs:
+            click.echo(f"\n{title}:")
+            for line in render.table(
+                render.headers_of(render.ANOMALY_COLUMNS), render.rows_of(recs, render.ANOMALY_COLUMNS)
+            ):
+                click.echo(line)
+    if summary["identity_incomplete"]:
+        click.echo(f"\n{summary['identity_incomplete']} identity-incomplete arrivals wait in `edge-agent pending`.")
+    if summary["rejected"]:
+        click.echo(f"{summary['rejected']} rejected lines: `edge-agent report --json` lists them with reasons.")
+
+
+@cli.command("pending")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def pending_cmd(obj: Context, as_json: bool) -> None:
+    """List identity-incomplete arrivals (no source, transitionId or bootId).
+
+    They are kept, never merged with anything, and no boot id is made up for
+    them; they wait here for a person.
+    """
+
+    async def go() -> None:
+        store = await obj.open_store()
+        try:
+            rows = await _collect(report.pending(store.db))
+        finally:
+            await store.close()
+        if as_json:
+            for r in rows:
+                click.echo(json.dumps(r, ensure_ascii=False))
+            return
+        if not rows:
+            click.echo("no identity-incomplete arrivals")
+            return
+        for line in render.table(render.headers_of(render.ARRIVAL_COLUMNS), render.rows_of(rows, render.ARRIVAL_COLUMNS)):
+            click.echo(line)
+
+    run_async(go)
+
+
+@cli.command("boots")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def boots_cmd(obj: Context, as_json: bool) -> None:
+    """List BootObserved records: each controller generation, its predecessor and the evidence."""
+
+    async def go() -> None:
+        store = await obj.open_store()
+        try:
+            rows = await _collect(report.boots(store.db))
+        finally:
+            await store.close()
+        if as_json:
+            for r in rows:
+                click.echo(json.dumps(r, ensure_ascii=False))
+            return
+        if not rows:
+            click.echo("no boots observed")
+            return
+        for line in render.table(render.headers_of(render.BOOT_COLUMNS), render.rows_of(rows, render.BOOT_COLUMNS), 80):
+            click.echo(line)
+
+    run_async(go)
+
+
+def main() -> None:
+    cli(prog_name="edge-agent")
+
+
+if __name__ == "__main__":
+    main()

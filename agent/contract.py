@@ -1,0 +1,281 @@
+"""The event identity contract as plain functions (spec: docs/contract.md).
+
+Pure: no I/O, no clock. Everything that decides what "the same event" means
+lives here or in `agent.jcs`, so that it can be pinned by table tests:
+
+* ids (`source`, `transitionId`, `bootId`) are text; a JSON integer is taken
+  as its decimal text (`91` == `"91"`, `"091"` is another id). Text is kept
+  exactly as given: no trimming, no case folding, no Unicode normalisation,
+  because a PLC that sends `" T1"` and `"T1"` sent two different ids.
+* timestamps are RFC 3339 with an offset, normalised to a UTC instant with
+  millisecond precision (finer digits truncated, never rounded).
+* `payload_hash` is SHA-256 over canonical JSON of payload + source time.
+* the identity key is (source, transitionId, bootId) and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from enum import StrEnum
+from typing import Any
+from urllib.parse import quote
+
+from agent.jcs import canonical_json
+
+
+class Decision(StrEnum):
+    """What the store decided about one delivery (exactly one per delivery)."""
+
+    INSERTED = "inserted"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflict"
+    IDENTITY_INCOMPLETE = "identity_incomplete"
+    REJECTED = "rejected"
+
+
+class Status(StrEnum):
+    """Status of a canonical event."""
+
+    CANONICAL = "Canonical"
+    DUPLICATE_CONFLICT = "DuplicateConflict"
+
+
+class ContractError(ValueError):
+    """A value breaks the contract; the message is the `reason` recorded for a rejection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """The identity of a source event. Three separate texts, never joined."""
+
+    source: str
+    transition_id: str
+    boot_id: str
+
+    @property
+    def device(self) -> str:
+        return device_of(self.source)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One delivery of an event, already normalised, ready for the store.
+
+    `key` is None when the identity is incomplete (`missing` names what is
+    missing). `live` is False for entries read from a device's ring buffer
+    (buffered data); it only matters for BootObserved's `previous_bootId`.
+    `source`, `transition_id` and `boot_id` keep whatever parts were present,
+    as evidence, also when the key is incomplete.
+    """
+
+    source: str | None
+    transition_id: str | None
+    boot_id: str | None
+    source_timestamp: str | None
+    arrival_at: str
+    payload: dict[str, Any]
+    payload_hash: str
+    raw: str | bytes
+    receiver: str
+    live: bool = True
+    line: int | None = None
+    missing: tuple[str, ...] = ()
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> Key | None:
+        if self.source and self.transition_id and self.boot_id:
+            return Key(self.source, self.transition_id, self.boot_id)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A delivery that could not be parsed. Its raw bytes are kept with the reason."""
+
+    raw: str | bytes
+    reason: str
+    arrival_at: str
+    receiver: str
+    line: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """A gap (missed transitions) or a counter anomaly (wrap, reset, ring overrun) of one channel.
+
+    `first` and `last` name the missing range (gap, overrun) or the old and
+    new counter values (wrap, reset). Nothing is ever invented for a gap.
+    """
+
+    source: str
+    boot_id: str
+    kind: str  # "gap" | "wrap" | "reset" | "overrun"
+    first: str
+    last: str
+    detected_at: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+ANOMALY_KINDS = ("gap", "wrap", "reset", "overrun")
+
+
+# --- ids -------------------------------------------------------------------
+
+
+def normalize_id(value: Any, name: str) -> str | None:
+    """Text form of an id, or None when missing/null/empty.
+
+    Raises ContractError for a value that is neither text nor an integer
+    (booleans, floats, objects, lists): such a delivery is `rejected`.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ContractError(f"{name} must be text or an integer, got a boolean")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return value or None
+    raise ContractError(f"{name} must be text or an integer, got {_json_type(value)}")
+
+
+def device_of(source: str) -> str:
+    """The device is the text before the first `/` (the whole source when there is none)."""
+    return source.split("/", 1)[0]
+
+
+def channel_of(source: str) -> str | None:
+    """The channel is the text after the first `/`, or None when the source has no `/`."""
+    parts = source.split("/", 1)
+    return parts[1] if len(parts) == 2 else None
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "a list", float: "a number with a fraction"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# --- time ------------------------------------------------------------------
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
+
+
+def parse_timestamp(text: Any, name: str) -> datetime:
+    """Parse RFC 3339 with an offset into an aware UTC datetime, truncated to milliseconds."""
+    if not isinstance(text, str):
+        raise ContractError(f"{name} must be an RFC 3339 text with offset, got {_json_type(text)}")
+    m = _RFC3339.fullmatch(text)
+    if m is None:
+        raise ContractError(f"{name} {text!r} is not RFC 3339 with offset (e.g. 2026-04-22T08:00:12.120Z)")
+    year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
+    millis = int((m.group(7) or "0")[:3].ljust(3, "0"))
+    if m.group(8):
+        tz = UTC
+    else:
+        off_h, off_m = int(m.group(10)), int(m.group(11))
+        if off_h > 23 or off_m > 59:
+            raise ContractError(f"{name} {text!r} has an impossible UTC offset")
+        sign = 1 if m.group(9) == "+" else -1
+        tz = timezone(sign * timedelta(hours=off_h, minutes=off_m))
+    try:
+        # A leap second (:60) cannot be held by datetime; it is a real but rare
+        # RFC 3339 value, so it is taken as the last millisecond of that minute.
+        if second == 60:
+            dt = datetime(year, month, day, hour, minute, 59, 999_000, tzinfo=tz)
+        else:
+            dt = datetime(year, month, day, hour, minute, second, millis * 1000, tzinfo=tz)
+        return dt.astimezone(UTC)
+    except (ValueError, OverflowError) as exc:
+        raise ContractError(f"{name} {text!r} is not a valid date and time: {exc}") from exc
+
+
+def format_timestamp(dt: datetime) -> str:
+    """RFC 3339 UTC with milliseconds: `2026-04-22T08:00:12.180Z`."""
+    if dt.tzinfo is None:
+        raise ValueError("naive datetimes are not instants")
+    utc = dt.astimezone(UTC)
+    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+
+
+def normalize_timestamp(text: Any, name: str) -> str | None:
+    """Normalised text of an optional timestamp (None stays None)."""
+    if text is None:
+        return None
+    return format_timestamp(parse_timestamp(text, name))
+
+
+def timestamp_from_millis(ms: int) -> str:
+    """Normalised text of a Unix time in milliseconds (as PLCs store it)."""
+    return format_timestamp(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms))
+
+
+# --- content ---------------------------------------------------------------
+
+
+def payload_hash(payload: dict[str, Any], source_timestamp: str | None) -> str:
+    """SHA-256 (hex) of canonical JSON of {"payload": ..., "sourceTimestamp": ...}.
+
+    `source_timestamp` must already be normalised. Raises `CanonicalJsonError`
+    (a ValueError) for content with no canonical form.
+    """
+    text = canonical_json({"payload": payload, "sourceTimestamp": source_timestamp})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- CloudEvents ------------------------------------------------------------
+
+TRANSITION_TYPE = "io.edgeagent.transition"
+BOOT_OBSERVED_TYPE = "io.edgeagent.boot_observed"
+GAP_TYPE = "io.edgeagent.gap"
+ANOMALY_TYPE = "io.edgeagent.anomaly"
+IDENTITY_INCOMPLETE_TYPE = "io.edgeagent.identity_incomplete"
+
+_SITE = re.compile(r"[A-Za-z0-9._~:/-]+")
+
+
+def pct(text: str) -> str:
+    """Percent-encode every UTF-8 byte outside `A-Z a-z 0-9 - . _ ~`."""
+    return quote(text, safe="", encoding="utf-8")
+
+
+def check_site(site: str) -> str:
+    if not _SITE.fullmatch(site):
+        raise ContractError(f"site {site!r} must match [A-Za-z0-9._~:/-]+")
+    return site
+
+
+def ce_source(site: str, source: str) -> str:
+    """CloudEvents `source` of a transition: `<site>/pct(device)/pct(channel)`.
+
+    A source without `/` is a device with no channel: `<site>/pct(device)`,
+    so that `dev` and `dev/` never meet.
+    """
+    channel = channel_of(source)
+    base = f"{check_site(site)}/{pct(device_of(source))}"
+    return base if channel is None else f"{base}/{pct(channel)}"
+
+
+def ce_device_source(site: str, device: str) -> str:
+    return f"{check_site(site)}/{pct(device)}"
+
+
+def ce_transition_id(key: Key) -> str:
+    """`pct(bootId):pct(transitionId)`; the `:` inside either part is encoded, so it is unambiguous."""
+    return f"{pct(key.boot_id)}:{pct(key.transition_id)}"
+
+
+def ce_anomaly_id(kind: str, boot_id: str, first: str, last: str) -> str:
+    """Id of a gap/wrap/reset/overrun record: `kind:pct(boot):pct(first):pct(last)`."""
+    return f"{kind}:{pct(boot_id)}:{pct(first)}:{pct(last)}"
+
+
+def idempotency_key(ce_source_text: str, ce_id: str) -> str:
+    """HTTP `Idempotency-Key`: lowercase hex SHA-256 of source + newline + id."""
+    return hashlib.sha256(f"{ce_source_text}\n{ce_id}".encode()).hexdigest()

@@ -1,0 +1,108 @@
+"""From raw bytes of one delivery (an offline-file line) to a Delivery or a Rejection.
+
+Pure: the caller passes the arrival time and the receiver. Rules (contract
+sections 2 and 5):
+
+* `rejected` is decided first: not UTF-8, not JSON, not an object, `payload`
+  not an object, an id that is neither text nor integer, a timestamp that is
+  not RFC 3339 with offset, or content with no canonical JSON form.
+* otherwise the identity may be incomplete (source, transitionId or bootId
+  missing, null or empty): that is a decision of the store, not a rejection.
+* unknown top-level fields are kept (in the raw text, and as `evidence`) and
+  never take part in identity.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.contract import (
+    ContractError,
+    Delivery,
+    Rejection,
+    normalize_id,
+    normalize_timestamp,
+    payload_hash,
+)
+from agent.jcs import CanonicalJsonError
+
+KNOWN_FIELDS = frozenset({"source", "transitionId", "bootId", "sourceTimestamp", "arrivalAt", "payload"})
+IDENTITY_FIELDS = ("source", "transitionId", "bootId")
+
+
+def _no_constants(name: str) -> Any:
+    # Python's json accepts NaN/Infinity by default; JSON does not.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_object(raw: bytes | str) -> dict[str, Any]:
+    """Decode one line of JSON Lines into an object, or raise ContractError."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ContractError(f"not UTF-8 (byte {exc.start})") from exc
+    else:
+        text = raw
+    try:
+        obj = json.loads(text, parse_constant=_no_constants)
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ContractError(f"not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ContractError(f"not a JSON object (a {type(obj).__name__})")
+    return obj
+
+
+def parse_delivery(
+    raw: bytes | str, *, arrival_at: str, receiver: str, line: int | None = None
+) -> Delivery | Rejection:
+    """Parse one delivery. `arrival_at` (normalised) is used when the line has none."""
+    try:
+        obj = parse_json_object(raw)
+        return delivery_from_object(obj, raw=raw, arrival_at=arrival_at, receiver=receiver, line=line)
+    except ContractError as exc:
+        return Rejection(raw=raw, reason=str(exc), arrival_at=arrival_at, receiver=receiver, line=line)
+
+
+def delivery_from_object(
+    obj: dict[str, Any], *, raw: bytes | str, arrival_at: str, receiver: str, line: int | None = None
+) -> Delivery:
+    """Validate and normalise a parsed object; raise ContractError when it must be rejected."""
+    source = normalize_id(obj.get("source"), "source")
+    transition_id = normalize_id(obj.get("transitionId"), "transitionId")
+    boot_id = normalize_id(obj.get("bootId"), "bootId")
+    source_ts = normalize_timestamp(obj.get("sourceTimestamp"), "sourceTimestamp")
+    arrived = normalize_timestamp(obj["arrivalAt"], "arrivalAt") if "arrivalAt" in obj else arrival_at
+    if arrived is None:  # "arrivalAt": null means "not given"
+        arrived = arrival_at
+    payload = obj.get("payload", {})
+    if not isinstance(payload, dict):
+        raise ContractError(f"payload must be a JSON object, got {type(payload).__name__}")
+    try:
+        digest = payload_hash(payload, source_ts)
+    except CanonicalJsonError as exc:
+        raise ContractError(f"payload has no canonical JSON form: {exc}") from exc
+    found = {"source": source, "transitionId": transition_id, "bootId": boot_id}
+    missing = tuple(name for name in IDENTITY_FIELDS if not found[name])
+    extras = {k: v for k, v in obj.items() if k not in KNOWN_FIELDS}
+    return Delivery(
+        source=source,
+        transition_id=transition_id,
+        boot_id=boot_id,
+        source_timestamp=source_ts,
+        arrival_at=arrived,
+        payload=payload,
+        payload_hash=digest,
+        raw=raw,
+        receiver=receiver,
+        live=True,
+        line=line,
+        missing=missing,
+        evidence=extras,
+    )
+
+
+def incomplete_reason(missing: tuple[str, ...]) -> str:
+    """The `reason` recorded for an identity-incomplete delivery."""
+    return "missing " + ", ".join(missing) + "; no identity is made up for it"

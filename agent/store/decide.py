@@ -1,0 +1,175 @@
+"""The batch decision and boot generations as pure functions (no SQLite here).
+
+The store does the arbitration in SQL (`INSERT ... ON CONFLICT DO NOTHING`
+under the unique key, inside `BEGIN IMMEDIATE`), then reads back, for every
+key of the batch, the canonical row that now holds it. From that read-back
+these functions decide each delivery, in batch order:
+
+* the first delivery of a key whose canonical row was created by this batch
+  (canonical_id above the highest id before the batch) is `inserted`;
+* any other delivery of a key is `duplicate` when its payload_hash equals the
+  canonical's own hash, else `conflict` (a repeat of the conflicting content
+  is another conflict; a repeat of the canonical content a duplicate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.contract import Decision, Delivery, Key, Rejection, device_of
+from agent.intake import incomplete_reason
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one delivery, as the contract returns it."""
+
+    decision: Decision
+    canonical_id: int | None
+    duplicate_of: int | None
+    reason: str | None = None
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class EventUpdate:
+    """What a batch adds to an existing (or just inserted) canonical event."""
+
+    canonical_id: int
+    later_arrivals: int = 0
+    conflicts: int = 0
+    first_arrival: str = "9999"
+    last_arrival: str = ""
+
+    def add(self, arrival_at: str) -> None:
+        self.first_arrival = min(self.first_arrival, arrival_at)
+        self.last_arrival = max(self.last_arrival, arrival_at)
+
+
+def classify(
+    items: Sequence[Delivery | Rejection],
+    canonical: Mapping[Key, tuple[int, str]],
+    max_id_before: int,
+) -> tuple[list[Outcome], list[EventUpdate]]:
+    """Decide every item of a batch, in order.
+
+    `canonical` maps every complete key of the batch to (canonical_id,
+    canonical payload_hash) as read back after the insert. Returns one Outcome
+    per item and the updates for canonical events that got later arrivals.
+    """
+    outcomes: list[Outcome] = []
+    updates: dict[int, EventUpdate] = {}
+    seen_in_batch: set[Key] = set()
+    for item in items:
+        if isinstance(item, Rejection):
+            outcomes.append(Outcome(Decision.REJECTED, None, None, item.reason))
+            continue
+        key = item.key
+        if key is None:
+            reason = incomplete_reason(item.missing)
+            outcomes.append(Outcome(Decision.IDENTITY_INCOMPLETE, None, None, reason))
+            continue
+        cid, canonical_hash = canonical[key]
+        first_of_new = cid > max_id_before and key not in seen_in_batch
+        seen_in_batch.add(key)
+        if first_of_new:
+            outcomes.append(Outcome(Decision.INSERTED, cid, None))
+            continue
+        upd = updates.get(cid)
+        if upd is None:
+            upd = updates[cid] = EventUpdate(cid)
+        upd.later_arrivals += 1
+        upd.add(item.arrival_at)
+        if item.payload_hash == canonical_hash:
+            outcomes.append(Outcome(Decision.DUPLICATE, cid, cid))
+        else:
+            upd.conflicts += 1
+            outcomes.append(Outcome(Decision.CONFLICT, cid, cid))
+    return outcomes, list(updates.values())
+
+
+@dataclass(frozen=True, slots=True)
+class BootSighting:
+    """A boot id seen for a device: in a complete delivery, or read from the controller."""
+
+    device: str
+    boot_id: str
+    seen_at: str
+    source_ts: str | None
+    live: bool
+    evidence: dict[str, Any] = field(default_factory=dict)
+    index: int | None = None  # position in the batch, to link the arrival
+
+
+@dataclass(frozen=True, slots=True)
+class BootRecord:
+    """A BootObserved record to write."""
+
+    device: str
+    boot_id: str
+    previous_boot_id: str | None
+    first_arrival: str
+    source_ts: str | None
+    live: bool
+    evidence: dict[str, Any]
+    index: int | None
+
+
+def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:
+    """Boot sightings carried by complete deliveries (incomplete ones never make one)."""
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Delivery) and item.key is not None and item.boot_id is not None:
+            where = f"{item.receiver} line {item.line}" if item.line is not None else item.receiver
+            summary = (
+                f"bootId first seen in a live delivery ({where})"
+                if item.live
+                else f"bootId first seen in buffered data ({where})"
+            )
+            out.append(
+                BootSighting(
+                    device=device_of(item.key.source),
+                    boot_id=item.boot_id,
+                    seen_at=item.arrival_at,
+                    source_ts=item.source_timestamp,
+                    live=item.live,
+                    evidence={"summary": summary, "receiver": item.receiver, "source": item.key.source},
+                    index=i,
+                )
+            )
+    return out
+
+
+def new_boots(
+    sightings: Sequence[BootSighting],
+    known: set[tuple[str, str]],
+    last_live: Mapping[str, str | None],
+) -> tuple[list[BootRecord], dict[str, str]]:
+    """BootObserved records for boots the store has not seen for their device.
+
+    `previous_bootId` of a boot first seen live is the device's latest boot
+    first seen live before it; of a boot first seen in buffered data it is
+    None. Late data under a known boot makes no record. Returns the records
+    and the devices whose latest live boot changed.
+    """
+    records: list[BootRecord] = []
+    latest = dict(last_live)
+    changed: dict[str, str] = {}
+    seen = set(known)
+    for s in sightings:
+        if (s.device, s.boot_id) in seen:
+            continue
+        seen.add((s.device, s.boot_id))
+        previous = latest.get(s.device) if s.live else None
+        evidence = dict(s.evidence)
+        if previous is not None:
+            evidence.setdefault("previous_bootId", previous)
+        records.append(
+            BootRecord(s.device, s.boot_id, previous, s.seen_at, s.source_ts, s.live, evidence, s.index)
+        )
+        if s.live:
+            latest[s.device] = s.boot_id
+            changed[s.device] = s.boot_id
+    return records, changed

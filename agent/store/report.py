@@ -1,0 +1,162 @@
+"""Read-side queries of the store, shaped as the contract's `report --json` fields.
+
+Rows are streamed from SQLite in chunks (async generators), so a report of a
+large store does not hold it all in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiosqlite
+
+from agent.contract import Decision
+
+_CHUNK = 1000
+
+SORTS = {
+    "arrival": "first_arrival, canonical_id",
+    "state": "status DESC, source, boot_id, first_arrival",
+    "generation": "device, boot_id, source, first_arrival",
+    "source": "source, boot_id, transition_id",
+    "id": "canonical_id",
+}
+
+
+async def _stream(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...] = ()) -> AsyncIterator[Any]:
+    async with db.execute(sql, params) as cur:
+        while rows := await cur.fetchmany(_CHUNK):
+            for row in rows:
+                yield row
+
+
+async def summary(db: aiosqlite.Connection) -> dict[str, int]:
+    """Counts kept apart: source events, arrivals (by decision), records, delivery attempts."""
+    by_decision = dict(
+        await db.execute_fetchall("SELECT decision, count(*) FROM arrivals GROUP BY decision")  # type: ignore[arg-type]
+    )
+    one = await db.execute_fetchall(
+        "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM arrivals), (SELECT count(*) FROM boots),"
+        " (SELECT count(*) FROM anomalies WHERE kind = 'gap'),"
+        " (SELECT count(*) FROM anomalies WHERE kind <> 'gap'),"
+        " (SELECT coalesce(sum(attempts), 0) FROM outbox)"
+    )
+    events, arrivals, boots, gaps, anomalies, attempts = next(iter(one))
+    return {
+        "source_events": events,
+        "arrivals": arrivals,
+        "duplicates": by_decision.get(Decision.DUPLICATE.value, 0),
+        "conflicts": by_decision.get(Decision.CONFLICT.value, 0),
+        "identity_incomplete": by_decision.get(Decision.IDENTITY_INCOMPLETE.value, 0),
+        "rejected": by_decision.get(Decision.REJECTED.value, 0),
+        "inserted": by_decision.get(Decision.INSERTED.value, 0),
+        "boots": boots,
+        "gaps": gaps,
+        "anomalies": anomalies,
+        "delivery_attempts": attempts,
+    }
+
+
+async def events(db: aiosqlite.Connection, sort: str = "id") -> AsyncIterator[dict[str, Any]]:
+    order = SORTS[sort]
+    async for r in _stream(
+        db,
+        "SELECT canonical_id, source, transition_id, boot_id, source_ts, status, payload, payload_hash,"
+        f" duplicate_count, conflict_count, first_arrival, last_arrival FROM events ORDER BY {order}",
+    ):
+        yield {
+            "canonical_id": r[0],
+            "source": r[1],
+            "transitionId": r[2],
+            "bootId": r[3],
+            "sourceTimestamp": r[4],
+            "status": r[5],
+            "payload": json.loads(r[6]),
+            "payload_hash": r[7],
+            "duplicate_count": r[8],
+            "conflict_count": r[9],
+            "first_arrival": r[10],
+            "last_arrival": r[11],
+        }
+
+
+def _raw_text(raw: str | bytes) -> str:
+    return raw if isinstance(raw, str) else raw.decode("utf-8", "backslashreplace")
+
+
+async def arrivals(
+    db: aiosqlite.Connection, *, where: str = "", sort: str = "arrival_id"
+) -> AsyncIterator[dict[str, Any]]:
+    async for r in _stream(
+        db,
+        "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at, decision, canonical_id,"
+        " payload_hash, reason, flags, receiver, line, live, raw"
+        f" FROM arrivals {where} ORDER BY {sort}",
+    ):
+        decision = r[6]
+        yield {
+            "arrival_id": r[0],
+            "source": r[1],
+            "transitionId": r[2],
+            "bootId": r[3],
+            "sourceTimestamp": r[4],
+            "arrivalAt": r[5],
+            "decision": decision,
+            "canonical_id": r[7],
+            "duplicate_of": r[7] if decision in (Decision.DUPLICATE.value, Decision.CONFLICT.value) else None,
+            "payload_hash": r[8],
+            "reason": r[9],
+            "flags": r[10].split() if r[10] else [],
+            "receiver": r[11],
+            "line": r[12],
+            "live": bool(r[13]),
+            "raw": _raw_text(r[14]),
+        }
+
+
+async def pending(db: aiosqlite.Connection) -> AsyncIterator[dict[str, Any]]:
+    """The identity-incomplete arrivals waiting for a person."""
+    async for a in arrivals(
+        db,
+        where="WHERE arrival_id IN (SELECT arrival_id FROM pending WHERE state = 'open')",
+        sort="arrival_at, arrival_id",
+    ):
+        yield a
+
+
+async def boots(db: aiosqlite.Connection) -> AsyncIterator[dict[str, Any]]:
+    async for r in _stream(
+        db,
+        "SELECT device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence, arrival_id"
+        " FROM boots ORDER BY device, boot_row",
+    ):
+        yield {
+            "device": r[0],
+            "bootId": r[1],
+            "previous_bootId": r[2],
+            "first_arrival": r[3],
+            "sourceTimestamp": r[4],
+            "live": bool(r[5]),
+            "evidence": json.loads(r[6]),
+            "arrival_id": r[7],
+        }
+
+
+async def anomalies(db: aiosqlite.Connection, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
+    cond = "kind = 'gap'" if gaps else "kind <> 'gap'"
+    async for r in _stream(
+        db,
+        "SELECT source, boot_id, kind, from_value, to_value, detected_at, evidence FROM anomalies"
+        f" WHERE {cond} ORDER BY anomaly_id",
+    ):
+        yield {
+            "source": r[0],
+            "bootId": r[1],
+            "kind": r[2],
+            "from": r[3],
+            "to": r[4],
+            "detected_at": r[5],
+            "evidence": json.loads(r[6]),
+        }

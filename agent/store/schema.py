@@ -1,0 +1,118 @@
+"""Schema of the event store as numbered migrations under `PRAGMA user_version`.
+
+Each migration runs inside its own `BEGIN IMMEDIATE ... COMMIT` (statement by
+statement: Python 3.11's `executescript()` would commit a pending transaction
+first), so a failing migration leaves the store at the previous version.
+
+Tables:
+  arrivals      every delivery, decision included; never updated afterwards
+  events        canonical events, UNIQUE(source, transition_id, boot_id)
+  boots         BootObserved records, UNIQUE(device, boot_id)
+  device_state  per device: the latest boot first seen live
+  anomalies     gap / wrap / reset / overrun records
+  pending       identity-incomplete arrivals waiting for a person
+  upstreams     configured upstreams (outbox rows are written for these)
+  outbox        one row per record and upstream: what still has to go out
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+Migration = tuple[int, str, Sequence[str]]
+
+MIGRATIONS: list[Migration] = [
+    (
+        1,
+        "arrival log, canonical events, boots, anomalies, pending, outbox",
+        [
+            """CREATE TABLE arrivals(
+                arrival_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                source TEXT, transition_id TEXT, boot_id TEXT,
+                source_ts TEXT,
+                arrival_at TEXT NOT NULL,
+                receiver TEXT NOT NULL,
+                payload_hash TEXT,
+                decision TEXT NOT NULL CHECK (decision IN
+                    ('inserted','duplicate','conflict','identity_incomplete','rejected')),
+                canonical_id INTEGER,
+                reason TEXT,
+                flags TEXT NOT NULL DEFAULT '',
+                line INTEGER,
+                live INTEGER NOT NULL DEFAULT 1,
+                raw ANY NOT NULL
+            ) STRICT""",
+            "CREATE INDEX arrivals_by_canonical ON arrivals(canonical_id)",
+            """CREATE TABLE events(
+                canonical_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                source TEXT NOT NULL, transition_id TEXT NOT NULL, boot_id TEXT NOT NULL,
+                device TEXT NOT NULL,
+                source_ts TEXT,
+                payload TEXT NOT NULL,
+                payload_hash TEXT NOT NULL,
+                status TEXT NOT NULL DEFAULT 'Canonical' CHECK (status IN ('Canonical','DuplicateConflict')),
+                duplicate_count INTEGER NOT NULL DEFAULT 0,
+                conflict_count INTEGER NOT NULL DEFAULT 0,
+                first_arrival TEXT NOT NULL,
+                last_arrival TEXT NOT NULL,
+                first_arrival_id INTEGER NOT NULL
+            ) STRICT""",
+            "CREATE UNIQUE INDEX events_key ON events(source, transition_id, boot_id)",
+            """CREATE TABLE boots(
+                boot_row INTEGER PRIMARY KEY AUTOINCREMENT,
+                device TEXT NOT NULL,
+                boot_id TEXT NOT NULL,
+                previous_boot_id TEXT,
+                first_arrival TEXT NOT NULL,
+                source_ts TEXT,
+                live INTEGER NOT NULL,
+                arrival_id INTEGER,
+                evidence TEXT NOT NULL,
+                UNIQUE(device, boot_id)
+            ) STRICT""",
+            """CREATE TABLE device_state(
+                device TEXT PRIMARY KEY,
+                last_live_boot TEXT
+            ) STRICT""",
+            """CREATE TABLE anomalies(
+                anomaly_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                source TEXT NOT NULL,
+                boot_id TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN ('gap','wrap','reset','overrun')),
+                from_value TEXT NOT NULL,
+                to_value TEXT NOT NULL,
+                detected_at TEXT NOT NULL,
+                evidence TEXT NOT NULL DEFAULT '{}',
+                UNIQUE(source, boot_id, kind, from_value, to_value)
+            ) STRICT""",
+            """CREATE TABLE pending(
+                arrival_id INTEGER PRIMARY KEY,
+                state TEXT NOT NULL DEFAULT 'open',
+                note TEXT
+            ) STRICT""",
+            """CREATE TABLE upstreams(
+                name TEXT PRIMARY KEY,
+                backfill TEXT NOT NULL DEFAULT 'none',
+                added_at TEXT NOT NULL
+            ) STRICT""",
+            """CREATE TABLE outbox(
+                outbox_id INTEGER PRIMARY KEY AUTOINCREMENT,
+                upstream TEXT NOT NULL,
+                kind TEXT NOT NULL CHECK (kind IN
+                    ('transition','boot_observed','gap','anomaly','identity_incomplete')),
+                ref_id INTEGER NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','delivered','rejected')),
+                attempts INTEGER NOT NULL DEFAULT 0,
+                last_error TEXT,
+                created_at TEXT NOT NULL,
+                sent_at TEXT,
+                UNIQUE(upstream, kind, ref_id)
+            ) STRICT""",
+            "CREATE INDEX outbox_pending ON outbox(upstream, state, outbox_id)",
+        ],
+    ),
+]
+
+
+def latest_version() -> int:
+    return MIGRATIONS[-1][0]
