@@ -84,12 +84,16 @@ class Delivery:
     line: int | None = None
     missing: tuple[str, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict)
+    payload_json: str = ""
+    key: Key | None = field(init=False, compare=False)
 
-    @property
-    def key(self) -> Key | None:
-        if self.source and self.transition_id and self.boot_id:
-            return Key(self.source, self.transition_id, self.boot_id)
-        return None
+    def __post_init__(self) -> None:
+        # Computed once: the store looks at keys several times per batch.
+        complete = self.source and self.transition_id and self.boot_id
+        key = Key(self.source, self.transition_id, self.boot_id) if complete else None  # type: ignore[arg-type]
+        object.__setattr__(self, "key", key)
+        if not self.payload_json:
+            object.__setattr__(self, "payload_json", canonical_json(self.payload))
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +229,14 @@ def payload_hash(payload: dict[str, Any], source_timestamp: str | None) -> str:
     `source_timestamp` must already be normalised. Raises `CanonicalJsonError`
     (a ValueError) for content with no canonical form.
     """
-    text = canonical_json({"payload": payload, "sourceTimestamp": source_timestamp})
+    return payload_hash_of_text(canonical_json(payload), source_timestamp)
+
+
+def payload_hash_of_text(payload_json: str, source_timestamp: str | None) -> str:
+    """The same hash from the payload's canonical JSON text (computed once, also stored)."""
+    ts = canonical_json(source_timestamp)
+    # "payload" sorts before "sourceTimestamp", so this is the canonical form of the pair.
+    text = f'{{"payload":{payload_json},"sourceTimestamp":{ts}}}'
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

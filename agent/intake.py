@@ -23,9 +23,9 @@ from agent.contract import (
     Rejection,
     normalize_id,
     normalize_timestamp,
-    payload_hash,
+    payload_hash_of_text,
 )
-from agent.jcs import CanonicalJsonError
+from agent.jcs import CanonicalJsonError, canonical_json
 
 KNOWN_FIELDS = frozenset({"source", "transitionId", "bootId", "sourceTimestamp", "arrivalAt", "payload"})
 IDENTITY_FIELDS = ("source", "transitionId", "bootId")
@@ -80,9 +80,10 @@ def delivery_from_object(
     if not isinstance(payload, dict):
         raise ContractError(f"payload must be a JSON object, got {type(payload).__name__}")
     try:
-        digest = payload_hash(payload, source_ts)
+        payload_json = canonical_json(payload)
     except CanonicalJsonError as exc:
         raise ContractError(f"payload has no canonical JSON form: {exc}") from exc
+    digest = payload_hash_of_text(payload_json, source_ts)
     found = {"source": source, "transitionId": transition_id, "bootId": boot_id}
     missing = tuple(name for name in IDENTITY_FIELDS if not found[name])
     extras = {k: v for k, v in obj.items() if k not in KNOWN_FIELDS}
@@ -100,6 +101,7 @@ def delivery_from_object(
         line=line,
         missing=missing,
         evidence=extras,
+        payload_json=payload_json,
     )
 
 

@@ -14,6 +14,7 @@ For every integer below 2**53 in magnitude the output is identical to JCS.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 
@@ -32,7 +33,12 @@ _ESCAPES = {
 }
 
 
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\\ud800-\udfff]')
+
+
 def _string(s: str) -> str:
+    if _NEEDS_ESCAPE.search(s) is None:
+        return f'"{s}"'
     out = ['"']
     for ch in s:
         code = ord(ch)

@@ -118,27 +118,37 @@ class BootRecord:
 
 
 def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:
-    """Boot sightings carried by complete deliveries (incomplete ones never make one)."""
-    out = []
+    """The first sighting of each (device, bootId) carried by complete deliveries of a batch.
+
+    Identity-incomplete deliveries never make one.
+    """
+    firsts: dict[tuple[str, str], int] = {}
     for i, item in enumerate(items):
-        if isinstance(item, Delivery) and item.key is not None and item.boot_id is not None:
-            where = f"{item.receiver} line {item.line}" if item.line is not None else item.receiver
-            summary = (
-                f"bootId first seen in a live delivery ({where})"
-                if item.live
-                else f"bootId first seen in buffered data ({where})"
+        if isinstance(item, Delivery) and item.key is not None:
+            pair = (item.key.device, item.key.boot_id)
+            if pair not in firsts:
+                firsts[pair] = i
+    out = []
+    for (device, boot_id), i in firsts.items():
+        item = items[i]
+        assert isinstance(item, Delivery) and item.key is not None
+        where = f"{item.receiver} line {item.line}" if item.line is not None else item.receiver
+        kind = "a live delivery" if item.live else "buffered data"
+        out.append(
+            BootSighting(
+                device=device,
+                boot_id=boot_id,
+                seen_at=item.arrival_at,
+                source_ts=item.source_timestamp,
+                live=item.live,
+                evidence={
+                    "summary": f"bootId first seen in {kind} ({where})",
+                    "receiver": item.receiver,
+                    "source": item.key.source,
+                },
+                index=i,
             )
-            out.append(
-                BootSighting(
-                    device=device_of(item.key.source),
-                    boot_id=item.boot_id,
-                    seen_at=item.arrival_at,
-                    source_ts=item.source_timestamp,
-                    live=item.live,
-                    evidence={"summary": summary, "receiver": item.receiver, "source": item.key.source},
-                    index=i,
-                )
-            )
+        )
     return out
 
 

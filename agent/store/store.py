@@ -253,25 +253,37 @@ class Store:
     ) -> list[decide.Outcome]:
         db = self.db
         row = await db.execute_fetchall(
-            "SELECT coalesce((SELECT max(canonical_id) FROM events), 0),"
+            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
+            "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
             " max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='arrivals'), 0),"
             "     coalesce((SELECT max(arrival_id) FROM arrivals), 0))"
         )
         max_before, last_arrival_id = int(row[0][0]), int(row[0][1])
         arrival_ids = [last_arrival_id + 1 + i for i in range(len(items))]
 
-        firsts: dict[Key, int] = {}
+        firsts: dict[Key, Delivery] = {}
+        firsts_at: list[int] = []
         for i, item in enumerate(items):
             if isinstance(item, Delivery) and (key := item.key) is not None and key not in firsts:
-                firsts[key] = i
+                firsts[key] = item
+                firsts_at.append(i)
+        inserted = 0
         if firsts:
-            await db.executemany(
+            cur = await db.executemany(
                 "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
                 " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(source, transition_id, boot_id) DO NOTHING",
-                [_event_row(key, items[i], arrival_ids[i]) for key, i in firsts.items()],
+                [_event_row(key, d, arrival_ids[i]) for (key, d), i in zip(firsts.items(), firsts_at, strict=True)],
             )
-        canonical = await self._canonical_of(list(firsts))
+            inserted = cur.rowcount
+        if inserted == len(firsts):
+            # Every key was new: with AUTOINCREMENT under BEGIN IMMEDIATE (we are the only writer)
+            # the ids are the next ones, in insertion order, and the canonical content is our own.
+            canonical = {
+                key: (max_before + 1 + n, d.payload_hash) for n, (key, d) in enumerate(firsts.items())
+            }
+        else:
+            canonical = await self._canonical_of(list(firsts))
         outcomes, updates = decide.classify(items, canonical, max_before)
 
         await db.executemany(
@@ -392,15 +404,14 @@ class Store:
         return refs
 
 
-def _event_row(key: Key, item: Delivery | Rejection, arrival_id: int) -> tuple[Any, ...]:
-    assert isinstance(item, Delivery)
+def _event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:
     return (
         key.source,
         key.transition_id,
         key.boot_id,
         key.device,
         item.source_timestamp,
-        canonical_json(item.payload),
+        item.payload_json,
         item.payload_hash,
         item.arrival_at,
         item.arrival_at,
