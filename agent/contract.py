@@ -143,8 +143,13 @@ def normalize_id(value: Any, name: str) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise ContractError(f"{name} holds a lone UTF-16 surrogate, which is not valid Unicode")
         return value or None
     raise ContractError(f"{name} must be text or an integer, got {_json_type(value)}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def device_of(source: str) -> str:

@@ -108,10 +108,10 @@ def canonical_json(value: Any) -> str:
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise CanonicalJsonError("an object key is not text")
         items = []
         for key in sorted(value, key=_utf16_key):
-            if not isinstance(key, str):
-                raise CanonicalJsonError(f"object key {key!r} is not text")
             items.append(_string(key) + ":" + canonical_json(value[key]))
         return "{" + ",".join(items) + "}"
     if isinstance(value, list | tuple):

@@ -1,0 +1,20 @@
+"""Simulated controllers (PLCs) served over Modbus TCP and OPC UA: an independent peer of ``agent``.
+
+Never imports ``agent``: the simulators behave like field devices, which know nothing about
+the agent that polls them. See docs/devices.md for the register map and node layout.
+"""
+
+from __future__ import annotations
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    """Run a simulated plant until SIGTERM/SIGINT (``python -m devices --help``).
+
+    Imported lazily so that ``import devices`` stays cheap (asyncua alone costs ~48 MiB).
+    """
+    from devices.cli import main
+
+    return main(argv)
+
+
+__all__ = ["cli_main"]

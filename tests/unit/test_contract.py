@@ -1,0 +1,157 @@
+"""Ids, timestamps and the CloudEvents encoding of the identity contract."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.contract import (
+    ContractError,
+    Key,
+    ce_anomaly_id,
+    ce_device_source,
+    ce_source,
+    ce_transition_id,
+    idempotency_key,
+    normalize_id,
+    normalize_timestamp,
+    payload_hash,
+    pct,
+    timestamp_from_millis,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        pytest.param(91, "91", id="an integer is its decimal text"),
+        pytest.param("91", "91", id="text stays text"),
+        pytest.param("091", "091", id="leading zeros are kept"),
+        pytest.param(" T1", " T1", id="whitespace is kept: it is part of what the source sent"),
+        pytest.param(-3, "-3", id="negative integers"),
+        pytest.param(2**70, str(2**70), id="big integers exactly"),
+        pytest.param("", None, id="empty text is missing"),
+        pytest.param(None, None, id="null is missing"),
+    ],
+)
+def test_id_text_rule(value: Any, text: str | None) -> None:
+    assert normalize_id(value, "bootId") == text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(True, id="a boolean"),
+        pytest.param(91.0, id="a number with a fraction part"),
+        pytest.param({"id": 1}, id="an object"),
+        pytest.param([1], id="a list"),
+        pytest.param("T\ud800", id="text with a lone surrogate"),
+    ],
+)
+def test_ids_that_are_neither_text_nor_integer_are_refused(value: Any) -> None:
+    with pytest.raises(ContractError):
+        normalize_id(value, "transitionId")
+
+
+@pytest.mark.parametrize(
+    ("text", "normalised"),
+    [
+        pytest.param("2026-04-22T08:00:12.120Z", "2026-04-22T08:00:12.120Z", id="UTC with millis"),
+        pytest.param("2026-04-22T08:00:12Z", "2026-04-22T08:00:12.000Z", id="no fraction gets .000"),
+        pytest.param("2026-04-22T08:00:12.1Z", "2026-04-22T08:00:12.100Z", id="one digit of fraction"),
+        pytest.param("2026-04-22T08:00:12.123999999Z", "2026-04-22T08:00:12.123Z", id="nanoseconds truncated"),
+        pytest.param("2026-04-22T10:00:12.120+02:00", "2026-04-22T08:00:12.120Z", id="offset converted to UTC"),
+        pytest.param("2026-04-22T00:30:00-05:30", "2026-04-22T06:00:00.000Z", id="negative half-hour offset"),
+        pytest.param("2026-04-22t08:00:12z", "2026-04-22T08:00:12.000Z", id="lowercase t and z"),
+        pytest.param("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999Z", id="a leap second is kept in its minute"),
+        pytest.param(None, None, id="null stays absent"),
+    ],
+)
+def test_timestamps_normalise(text: str | None, normalised: str | None) -> None:
+    assert normalize_timestamp(text, "sourceTimestamp") == normalised
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("2026-04-22T08:00:12", id="no offset"),
+        pytest.param("2026-04-22 08:00:12Z", id="space instead of T"),
+        pytest.param("2026-02-30T08:00:00Z", id="no such day"),
+        pytest.param("2026-04-22T24:00:00Z", id="hour 24"),
+        pytest.param("2026-04-22T08:00:00+24:00", id="offset out of range"),
+        pytest.param("yesterday", id="words"),
+        pytest.param(1713772812, id="a number"),
+    ],
+)
+def test_timestamps_that_are_not_rfc3339_with_offset_are_refused(text: Any) -> None:
+    with pytest.raises(ContractError):
+        normalize_timestamp(text, "sourceTimestamp")
+
+
+def test_millis_from_a_plc_clock() -> None:
+    assert timestamp_from_millis(1_776_844_812_120) == "2026-04-22T08:00:12.120Z"
+
+
+def test_payload_hash_depends_on_content_and_time_only() -> None:
+    a = payload_hash({"state": "Trip", "severity": "High"}, "2026-04-22T08:00:12.120Z")
+    assert a == payload_hash({"severity": "High", "state": "Trip"}, "2026-04-22T08:00:12.120Z")
+    assert a != payload_hash({"state": "Trip", "severity": "Low"}, "2026-04-22T08:00:12.120Z")
+    assert a != payload_hash({"state": "Trip", "severity": "High"}, None)
+    assert len(a) == 64 and a == a.lower()
+
+
+@pytest.mark.parametrize(
+    ("key", "ce_id"),
+    [
+        pytest.param(Key("P/T", "T91", "B17"), "B17:T91", id="plain ids"),
+        pytest.param(Key("P/T", "2:3", "1"), "1:2%3A3", id="a colon inside transitionId is encoded"),
+        pytest.param(Key("P/T", "3", "1:2"), "1%3A2:3", id="a colon inside bootId is encoded"),
+        pytest.param(Key("P/T", "a b/ü", "B~1.x_-"), "B~1.x_-:a%20b%2F%C3%BC", id="UTF-8 bytes are encoded"),
+    ],
+)
+def test_cloudevents_id(key: Key, ce_id: str) -> None:
+    assert ce_transition_id(key) == ce_id
+
+
+def test_cloudevents_sources() -> None:
+    assert ce_source("plant-1", "PUMP-07/Trip") == "plant-1/PUMP-07/Trip"
+    assert ce_source("plant-1", "PUMP/07/Trip") == "plant-1/PUMP/07%2FTrip"
+    assert ce_source("plant-1", "dev") != ce_source("plant-1", "dev/")
+    assert ce_device_source("plant-1", "PUMP 7") == "plant-1/PUMP%207"
+    assert ce_anomaly_id("gap", "B17", "92", "93") == "gap:B17:92:93"
+    with pytest.raises(ContractError):
+        ce_source("plant 1", "P/T")
+
+
+def test_idempotency_key_is_sha256_of_source_newline_id() -> None:
+    import hashlib
+
+    assert idempotency_key("s", "i") == hashlib.sha256(b"s\ni").hexdigest()
+
+
+ids = st.text(min_size=1, max_size=12)
+
+
+@given(ids, ids, ids, ids)
+def test_cloudevents_id_is_injective(b1: str, t1: str, b2: str, t2: str) -> None:
+    same_ids = ce_transition_id(Key("s", t1, b1)) == ce_transition_id(Key("s", t2, b2))
+    assert same_ids == ((b1, t1) == (b2, t2))
+
+
+@given(ids)
+def test_pct_is_reversible_and_leaves_no_separator(text: str) -> None:
+    encoded = pct(text)
+    assert ":" not in encoded and "/" not in encoded
+    assert unquote(encoded) == text
+
+
+@given(st.text(min_size=1, max_size=8).filter(lambda s: "/" not in s), st.text(max_size=8))
+def test_cloudevents_source_is_injective_over_device_and_channel(device: str, channel: str) -> None:
+    source = f"{device}/{channel}"
+    encoded = ce_source("site", source)
+    _, dev, ch = encoded.split("/")
+    assert (unquote(dev), unquote(ch)) == (device, channel)
