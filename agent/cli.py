@@ -77,7 +77,8 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
 @click.option(
     "--max-db-size",
     metavar="SIZE",
-    help="Size quota for the store, e.g. 512MB or 2GB. When reached, writes fail loudly; nothing committed is lost.",
+    help="Size quota for the store, e.g. 512MB or 2GB. When reached, writes fail loudly; "
+    "nothing committed is lost.",
 )
 @click.option(
     "--synchronous",
@@ -86,7 +87,9 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
 )
 @click.version_option(__version__, prog_name="edge-agent")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None, config: str, max_db_size: str | None, synchronous: str | None) -> None:
+def cli(
+    ctx: click.Context, db: str | None, config: str, max_db_size: str | None, synchronous: str | None
+) -> None:
     """edge-agent: records every controller event once, keyed by (source, transitionId, bootId).
 
     \b
@@ -135,13 +138,17 @@ class Progress:
 
 @cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
-@click.option("--json", "as_json", is_flag=True, help="One JSON result per non-blank line, printed after commit.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON result per non-blank line, printed after commit."
+)
 @click.option(
     "--progress/--no-progress",
     default=None,
     help="Progress on stderr (default: when stderr is a terminal).",
 )
-@click.option("--receiver", metavar="NAME", help="Receiver recorded as evidence (default: import:<file name>).")
+@click.option(
+    "--receiver", metavar="NAME", help="Receiver recorded as evidence (default: import:<file name>)."
+)
 @click.pass_obj
 def import_cmd(obj: Context, file: str, as_json: bool, progress: bool | None, receiver: str | None) -> None:
     """Ingest FILE (JSON Lines, one delivery per line) into the store.
@@ -238,14 +245,17 @@ async def _write_json_report(store: Store, sort: str) -> None:
 
 
 @cli.command("report")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ...")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ..."
+)
 @click.option("--csv", "as_csv", is_flag=True, help="Canonical events as CSV (one row per event).")
 @click.option(
     "--sort",
     type=click.Choice(sorted(report.SORTS)),
     default="arrival",
     show_default=True,
-    help="Order of events: by first arrival, state (conflicts first), generation (device, bootId), source, id.",
+    help="Order of events: by first arrival, state (conflicts first), generation (device, bootId), "
+    "source, id.",
 )
 @click.option("--limit", type=int, default=100, show_default=True, help="Rows per table for people (0: all).")
 @click.pass_obj
@@ -284,14 +294,18 @@ async def _print_tables(store: Store, sort: str, limit: int | None) -> None:
     click.echo("")
     click.echo(f"canonical events (sorted by {sort}):")
     evs = await _collect(report.events(store.db, sort), limit)
-    for line in render.table(render.headers_of(render.EVENT_COLUMNS), render.rows_of(evs, render.EVENT_COLUMNS)):
+    for line in render.table(
+        render.headers_of(render.EVENT_COLUMNS), render.rows_of(evs, render.EVENT_COLUMNS)
+    ):
         click.echo(line)
     if limit is not None and summary["source_events"] > len(evs):
         click.echo(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
     bts = await _collect(report.boots(store.db), limit)
     if bts:
         click.echo("\nboots observed:")
-        for line in render.table(render.headers_of(render.BOOT_COLUMNS), render.rows_of(bts, render.BOOT_COLUMNS)):
+        for line in render.table(
+            render.headers_of(render.BOOT_COLUMNS), render.rows_of(bts, render.BOOT_COLUMNS)
+        ):
             click.echo(line)
     for title, gaps in (("gaps", True), ("anomalies", False)):
         recs = await _collect(report.anomalies(store.db, gaps=gaps), limit)
@@ -302,9 +316,13 @@ async def _print_tables(store: Store, sort: str, limit: int | None) -> None:
             ):
                 click.echo(line)
     if summary["identity_incomplete"]:
-        click.echo(f"\n{summary['identity_incomplete']} identity-incomplete arrivals wait in `edge-agent pending`.")
+        click.echo(
+            f"\n{summary['identity_incomplete']} identity-incomplete arrivals wait in `edge-agent pending`."
+        )
     if summary["rejected"]:
-        click.echo(f"{summary['rejected']} rejected lines: `edge-agent report --json` lists them with reasons.")
+        click.echo(
+            f"{summary['rejected']} rejected lines: `edge-agent report --json` lists them with reasons."
+        )
 
 
 @cli.command("pending")
@@ -330,7 +348,9 @@ def pending_cmd(obj: Context, as_json: bool) -> None:
         if not rows:
             click.echo("no identity-incomplete arrivals")
             return
-        for line in render.table(render.headers_of(render.ARRIVAL_COLUMNS), render.rows_of(rows, render.ARRIVAL_COLUMNS)):
+        for line in render.table(
+            render.headers_of(render.ARRIVAL_COLUMNS), render.rows_of(rows, render.ARRIVAL_COLUMNS)
+        ):
             click.echo(line)
 
     run_async(go)
@@ -355,7 +375,9 @@ def boots_cmd(obj: Context, as_json: bool) -> None:
         if not rows:
             click.echo("no boots observed")
             return
-        for line in render.table(render.headers_of(render.BOOT_COLUMNS), render.rows_of(rows, render.BOOT_COLUMNS), 80):
+        for line in render.table(
+            render.headers_of(render.BOOT_COLUMNS), render.rows_of(rows, render.BOOT_COLUMNS), 80
+        ):
             click.echo(line)
 
     run_async(go)

@@ -176,6 +176,9 @@ _RFC3339 = re.compile(
 )
 
 
+_NORMAL = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{3})Z")
+
+
 def parse_timestamp(text: Any, name: str) -> datetime:
     """Parse RFC 3339 with an offset into an aware UTC datetime, truncated to milliseconds."""
     if not isinstance(text, str):
@@ -209,14 +212,24 @@ def format_timestamp(dt: datetime) -> str:
     """RFC 3339 UTC with milliseconds: `2026-04-22T08:00:12.180Z`."""
     if dt.tzinfo is None:
         raise ValueError("naive datetimes are not instants")
-    utc = dt.astimezone(UTC)
-    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+    u = dt.astimezone(UTC)
+    return (
+        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
+        f".{u.microsecond // 1000:03d}Z"
+    )
 
 
 def normalize_timestamp(text: Any, name: str) -> str | None:
     """Normalised text of an optional timestamp (None stays None)."""
     if text is None:
         return None
+    if isinstance(text, str) and (m := _NORMAL.fullmatch(text)) is not None:
+        # Already in normal form (the common case): only check that the date exists.
+        try:
+            datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]))
+            return text
+        except ValueError:
+            pass  # fall through for the full message (or the leap second rule)
     return format_timestamp(parse_timestamp(text, name))
 
 

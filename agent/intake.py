@@ -36,6 +36,9 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     """Decode one line of JSON Lines into an object, or raise ContractError."""
     if isinstance(raw, bytes):
@@ -46,7 +49,7 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     else:
         text = raw
     try:
-        obj = json.loads(text, parse_constant=_no_constants)
+        obj = _DECODER.decode(text)
     except (json.JSONDecodeError, ValueError) as exc:
         raise ContractError(f"not JSON: {exc}") from exc
     if not isinstance(obj, dict):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.contract import Delivery, payload_hash  # noqa: E402
-from agent.store.store import Store  # noqa: E402
+from agent.contract import Delivery, payload_hash
+from agent.store.store import Store
 
 ARRIVAL = "2026-04-22T08:00:12.180Z"
 
@@ -50,7 +50,9 @@ def deliveries(n: int, dup_ratio: float, offset: int = 0) -> list[Delivery]:
                 arrival_at=ARRIVAL,
                 payload=payload,
                 payload_hash=payload_hash(payload, ts),
-                raw=json.dumps({"source": f"PUMP-{k % 200:03d}/Trip", "transitionId": str(k), "payload": payload}),
+                raw=json.dumps(
+                    {"source": f"PUMP-{k % 200:03d}/Trip", "transitionId": str(k), "payload": payload}
+                ),
                 receiver="bench",
             )
         )
@@ -82,8 +84,18 @@ def raw_rate(path: str, items: list[Delivery], batch: int) -> float:
             "INSERT OR IGNORE INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
             " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
             [
-                (d.source, d.transition_id, d.boot_id, "PUMP", d.source_timestamp, d.payload_json,
-                 d.payload_hash, d.arrival_at, d.arrival_at, base + i + j + 1)
+                (
+                    d.source,
+                    d.transition_id,
+                    d.boot_id,
+                    "PUMP",
+                    d.source_timestamp,
+                    d.payload_json,
+                    d.payload_hash,
+                    d.arrival_at,
+                    d.arrival_at,
+                    base + i + j + 1,
+                )
                 for j, d in enumerate(chunk)
             ],
         )
@@ -92,8 +104,23 @@ def raw_rate(path: str, items: list[Delivery], batch: int) -> float:
             " payload_hash, decision, canonical_id, reason, flags, line, live, raw)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
-                (base + i + j + 1, d.source, d.transition_id, d.boot_id, d.source_timestamp, d.arrival_at,
-                 d.receiver, d.payload_hash, "inserted", None, None, "", None, 1, d.raw)
+                (
+                    base + i + j + 1,
+                    d.source,
+                    d.transition_id,
+                    d.boot_id,
+                    d.source_timestamp,
+                    d.arrival_at,
+                    d.receiver,
+                    d.payload_hash,
+                    "inserted",
+                    None,
+                    None,
+                    "",
+                    None,
+                    1,
+                    d.raw,
+                )
                 for j, d in enumerate(chunk)
             ],
         )
@@ -117,14 +144,40 @@ async def fresh_store(directory: str, name: str, prefill: int) -> str:
             con.executemany(
                 "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
                 " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(f"OLD-{k % 500:03d}/Trip", str(k), "B1", "OLD", None, "{}", "0" * 64, ARRIVAL, ARRIVAL, k + 1)
-                 for k in range(start, min(prefill, start + step))],
+                [
+                    (
+                        f"OLD-{k % 500:03d}/Trip",
+                        str(k),
+                        "B1",
+                        "OLD",
+                        None,
+                        "{}",
+                        "0" * 64,
+                        ARRIVAL,
+                        ARRIVAL,
+                        k + 1,
+                    )
+                    for k in range(start, min(prefill, start + step))
+                ],
             )
             con.executemany(
                 "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, arrival_at, receiver, payload_hash,"
                 " decision, canonical_id, raw) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(k + 1, f"OLD-{k % 500:03d}/Trip", str(k), "B1", ARRIVAL, "prefill", "0" * 64, "inserted", k + 1, "{}")
-                 for k in range(start, min(prefill, start + step))],
+                [
+                    (
+                        k + 1,
+                        f"OLD-{k % 500:03d}/Trip",
+                        str(k),
+                        "B1",
+                        ARRIVAL,
+                        "prefill",
+                        "0" * 64,
+                        "inserted",
+                        k + 1,
+                        "{}",
+                    )
+                    for k in range(start, min(prefill, start + step))
+                ],
             )
             con.execute("COMMIT")
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -146,7 +199,9 @@ async def main() -> None:
             for batch in (1, 100, 1000):
                 items = deliveries(n_batch1 if batch == 1 else n, dup)
                 path = await fresh_store(tmp, f"d{dup}-{batch}.db", 0)
-                result[f"empty_dup{int(dup * 100)}_batch{batch}"] = round(await decision_rate(path, items, batch))
+                result[f"empty_dup{int(dup * 100)}_batch{batch}"] = round(
+                    await decision_rate(path, items, batch)
+                )
             items = deliveries(n, dup, offset=10_000_000)
             path = os.path.join(tmp, f"big-{dup}.db")
             with open(template, "rb") as src, open(path, "wb") as dst:
@@ -158,7 +213,8 @@ async def main() -> None:
     result["store_events_big"] = big
     result["n_per_case"] = n
     result["decision_vs_raw_batch1000"] = round(
-        float(result["empty_dup0_batch1000"]) / float(result["raw_executemany_batch1000"]), 3  # type: ignore[arg-type]
+        float(result["empty_dup0_batch1000"]) / float(result["raw_executemany_batch1000"]),
+        3,  # type: ignore[arg-type]
     )
     print(json.dumps(result))
 

@@ -9,10 +9,11 @@ result the caller prints is a promise that survives a crash.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from agent.contract import Delivery, Rejection, format_timestamp
 from agent.intake import parse_delivery
@@ -50,39 +51,41 @@ async def import_file(
 ) -> AsyncIterator[list[LineResult]]:
     """Import `path`; yields the results of each committed batch, in line order.
 
-    `on_progress(bytes_read, lines_read)` is called after each batch.
-    Raises StoreError (nothing of the failing batch is committed) when the
-    store cannot be written.
+    `on_progress(bytes_read, lines_read)` is called after each batch. Raises
+    StoreError (nothing of the failing batch is committed) when the store
+    cannot be written.
     """
     who = receiver or f"import:{os.path.basename(str(path))}"
     with open(path, "rb") as f:
-        batch: list[Delivery | Rejection] = []
-        lines: list[int] = []
-        line_no = 0
-        for raw in f:
-            line_no += 1
-            data = _strip(raw, line_no)
-            if not data.strip():
-                continue
+        for batch, lines in _batches(f, who, clock, batch_lines):
+            outcomes = await store.record(batch)
+            yield [LineResult(n, oc) for n, oc in zip(lines, outcomes, strict=True)]
+            if on_progress:
+                on_progress(f.tell(), lines[-1])
+
+
+def _batches(
+    f: BinaryIO, who: str, clock: Callable[[], datetime], batch_lines: int
+) -> Iterator[tuple[list[Delivery | Rejection], list[int]]]:
+    batch: list[Delivery | Rejection] = []
+    lines: list[int] = []
+    arrival = ""
+    for line_no, raw in enumerate(f, 1):
+        data = _strip(raw, line_no)
+        if not data.strip():
+            continue
+        if not batch:
+            # arrivalAt for lines without one: when the gateway read them (once per batch).
             arrival = format_timestamp(clock())
-            text: str | bytes
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                text = data
-            batch.append(parse_delivery(text, arrival_at=arrival, receiver=who, line=line_no))
-            lines.append(line_no)
-            if len(batch) >= batch_lines:
-                yield await _commit(store, batch, lines)
-                if on_progress:
-                    on_progress(f.tell(), line_no)
-                batch, lines = [], []
-        if batch:
-            yield await _commit(store, batch, lines)
-        if on_progress:
-            on_progress(f.tell(), line_no)
-
-
-async def _commit(store: Store, batch: list[Delivery | Rejection], lines: list[int]) -> list[LineResult]:
-    outcomes = await store.record(batch)
-    return [LineResult(n, oc) for n, oc in zip(lines, outcomes, strict=True)]
+        text: str | bytes
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = data  # rejected by the parser, raw bytes kept
+        batch.append(parse_delivery(text, arrival_at=arrival, receiver=who, line=line_no))
+        lines.append(line_no)
+        if len(batch) >= batch_lines:
+            yield batch, lines
+            batch, lines = [], []
+    if batch:
+        yield batch, lines

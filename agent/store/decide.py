@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.contract import Decision, Delivery, Key, Rejection, device_of
+from agent.contract import Decision, Delivery, Key, Rejection
 from agent.intake import incomplete_reason
 
 

@@ -34,9 +34,10 @@ async def _stream(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...] = 
 
 async def summary(db: aiosqlite.Connection) -> dict[str, int]:
     """Counts kept apart: source events, arrivals (by decision), records, delivery attempts."""
-    by_decision = dict(
-        await db.execute_fetchall("SELECT decision, count(*) FROM arrivals GROUP BY decision")  # type: ignore[arg-type]
-    )
+    by_decision: dict[str, int] = {
+        r[0]: r[1]
+        for r in await db.execute_fetchall("SELECT decision, count(*) FROM arrivals GROUP BY decision")
+    }
     one = await db.execute_fetchall(
         "SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM arrivals), (SELECT count(*) FROM boots),"
         " (SELECT count(*) FROM anomalies WHERE kind = 'gap'),"

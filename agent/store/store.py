@@ -58,7 +58,9 @@ def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "not a database" in text:
         return StoreCorrupt(f"Store {path}: the file is damaged or is not an edge-agent store ({text}).")
     if code == sqlite3.SQLITE_CANTOPEN or "unable to open" in text:
-        return StoreError(f"Store {path}: cannot open the database file ({text}); check the path and permissions.")
+        return StoreError(
+            f"Store {path}: cannot open the database file ({text}); check the path and permissions."
+        )
     if code == sqlite3.SQLITE_READONLY or "readonly" in text:
         return StoreError(f"Store {path}: the database is read-only ({text}); check permissions.")
     if "locked" in text or "busy" in text:
@@ -121,20 +123,25 @@ class Store:
 
     async def _configure(self, synchronous: str, max_bytes: int | None) -> None:
         try:
-            fresh = (await self.db.execute_fetchall("PRAGMA page_count"))[0][0] == 0
+            fresh = await self._scalar("PRAGMA page_count") == 0
             if fresh:
                 # Must precede the first table: lets retention give pages back without a full VACUUM.
                 await self.db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            mode = (await self.db.execute_fetchall("PRAGMA journal_mode=WAL"))[0][0]
+            mode = await self._scalar("PRAGMA journal_mode=WAL")
             if str(mode).lower() != "wal":
                 raise StoreError(f"Store {self.path}: cannot switch to WAL mode (got {mode})")
             await self.db.execute(f"PRAGMA synchronous={synchronous}")
             await self.db.execute("PRAGMA foreign_keys=ON")
             if max_bytes is not None:
-                page = (await self.db.execute_fetchall("PRAGMA page_size"))[0][0]
+                page = int(await self._scalar("PRAGMA page_size"))
                 await self.db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
         except sqlite3.Error as exc:
             raise map_sqlite_error(exc, self.path) from exc
+
+    async def _scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first column of the first row of a query."""
+        rows = list(await self.db.execute_fetchall(sql, params))
+        return rows[0][0]
 
     async def _quick_check(self) -> None:
         try:
@@ -146,7 +153,7 @@ class Store:
             raise StoreCorrupt(f"Store {self.path}: quick_check failed: {'; '.join(problems[:5])}")
 
     async def _migrate(self, migrations: Sequence[Migration]) -> None:
-        version = (await self.db.execute_fetchall("PRAGMA user_version"))[0][0]
+        version = int(await self._scalar("PRAGMA user_version"))
         for number, title, statements in migrations:
             if number <= version:
                 continue
@@ -162,7 +169,7 @@ class Store:
             log.info("store migrated path=%s version=%d title=%r", self.path, number, title)
 
     async def schema_version(self) -> int:
-        return int((await self.db.execute_fetchall("PRAGMA user_version"))[0][0])
+        return int(await self._scalar("PRAGMA user_version"))
 
     # --- upstreams -----------------------------------------------------------
 
@@ -252,11 +259,13 @@ class Store:
         now: str,
     ) -> list[decide.Outcome]:
         db = self.db
-        row = await db.execute_fetchall(
-            "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
-            "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
-            " max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='arrivals'), 0),"
-            "     coalesce((SELECT max(arrival_id) FROM arrivals), 0))"
+        row = list(
+            await db.execute_fetchall(
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
+                "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
+                " max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='arrivals'), 0),"
+                "     coalesce((SELECT max(arrival_id) FROM arrivals), 0))"
+            )
         )
         max_before, last_arrival_id = int(row[0][0]), int(row[0][1])
         arrival_ids = [last_arrival_id + 1 + i for i in range(len(items))]
@@ -273,7 +282,10 @@ class Store:
                 "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
                 " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(source, transition_id, boot_id) DO NOTHING",
-                [_event_row(key, d, arrival_ids[i]) for (key, d), i in zip(firsts.items(), firsts_at, strict=True)],
+                [
+                    _event_row(key, d, arrival_ids[i])
+                    for (key, d), i in zip(firsts.items(), firsts_at, strict=True)
+                ],
             )
             inserted = cur.rowcount
         if inserted == len(firsts):
@@ -287,25 +299,36 @@ class Store:
         outcomes, updates = decide.classify(items, canonical, max_before)
 
         await db.executemany(
-            "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, source_ts, arrival_at, receiver,"
-            " payload_hash, decision, canonical_id, reason, flags, line, live, raw)"
+            "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
+            " receiver, payload_hash, decision, canonical_id, reason, flags, line, live, raw)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [_arrival_row(aid, it, oc) for aid, it, oc in zip(arrival_ids, items, outcomes, strict=True)],
+            [_arrival_row(a, it, oc) for a, it, oc in zip(arrival_ids, items, outcomes, strict=True)],
         )
         if updates:
             await db.executemany(
-                "UPDATE events SET duplicate_count = duplicate_count + ?, conflict_count = conflict_count + ?,"
+                "UPDATE events SET duplicate_count = duplicate_count + ?,"
+                " conflict_count = conflict_count + ?,"
                 " status = CASE WHEN conflict_count + ? > 0 THEN 'DuplicateConflict' ELSE status END,"
                 " first_arrival = min(first_arrival, ?), last_arrival = max(last_arrival, ?)"
                 " WHERE canonical_id = ?",
                 [
-                    (u.later_arrivals, u.conflicts, u.conflicts, u.first_arrival, u.last_arrival, u.canonical_id)
+                    (
+                        u.later_arrivals,
+                        u.conflicts,
+                        u.conflicts,
+                        u.first_arrival,
+                        u.last_arrival,
+                        u.canonical_id,
+                    )
                     for u in updates
                 ],
             )
         boot_rows = await self._record_boots([*decide.sightings_of(items), *sightings], arrival_ids)
-        pending = [aid for aid, oc in zip(arrival_ids, outcomes, strict=True)
-                   if oc.decision is Decision.IDENTITY_INCOMPLETE]
+        pending = [
+            aid
+            for aid, oc in zip(arrival_ids, outcomes, strict=True)
+            if oc.decision is Decision.IDENTITY_INCOMPLETE
+        ]
         if pending:
             await db.executemany("INSERT INTO pending(arrival_id) VALUES (?)", [(a,) for a in pending])
         anomaly_refs = await self._record_anomalies(anomalies)
@@ -381,7 +404,10 @@ class Store:
             ids.append(int(cur.lastrowid or 0))
             log.info(
                 "BootObserved device=%s boot_id=%s previous=%s live=%s",
-                rec.device, rec.boot_id, rec.previous_boot_id, rec.live,
+                rec.device,
+                rec.boot_id,
+                rec.previous_boot_id,
+                rec.live,
             )
         if changed:
             await self.db.executemany(
@@ -422,12 +448,39 @@ def _event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:
 def _arrival_row(arrival_id: int, item: Delivery | Rejection, oc: decide.Outcome) -> tuple[Any, ...]:
     flags = " ".join(oc.flags)
     if isinstance(item, Rejection):
-        return (arrival_id, None, None, None, None, item.arrival_at, item.receiver, None,
-                oc.decision.value, None, oc.reason, flags, item.line, 1, item.raw)
+        return (
+            arrival_id,
+            None,
+            None,
+            None,
+            None,
+            item.arrival_at,
+            item.receiver,
+            None,
+            oc.decision.value,
+            None,
+            oc.reason,
+            flags,
+            item.line,
+            1,
+            item.raw,
+        )
     return (
-        arrival_id, item.source, item.transition_id, item.boot_id, item.source_timestamp, item.arrival_at,
-        item.receiver, item.payload_hash, oc.decision.value, oc.canonical_id, oc.reason, flags, item.line,
-        int(item.live), item.raw,
+        arrival_id,
+        item.source,
+        item.transition_id,
+        item.boot_id,
+        item.source_timestamp,
+        item.arrival_at,
+        item.receiver,
+        item.payload_hash,
+        oc.decision.value,
+        oc.canonical_id,
+        oc.reason,
+        flags,
+        item.line,
+        int(item.live),
+        item.raw,
     )
 
 
@@ -436,4 +489,3 @@ async def _rollback_quietly(db: aiosqlite.Connection) -> None:
         await db.rollback()
     except sqlite3.Error as exc:  # the connection may already have rolled back (e.g. SQLITE_FULL)
         log.debug("rollback after failure also failed: %s", exc)
-

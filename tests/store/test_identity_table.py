@@ -42,8 +42,11 @@ _DROP = object()
 
 CASES = [
     pytest.param(
-        [line(), '{ "payload": {"severity":"High","state":"Trip"}, "bootId":"B17", "transitionId":"T91",'
-                 '   "sourceTimestamp":"2026-04-22T08:00:12.120Z", "source":"PUMP-07/Trip" }'],
+        [
+            line(),
+            '{ "payload": {"severity":"High","state":"Trip"}, "bootId":"B17", "transitionId":"T91",'
+            '   "sourceTimestamp":"2026-04-22T08:00:12.120Z", "source":"PUMP-07/Trip" }',
+        ],
         ["inserted", "duplicate"],
         id="key order and whitespace never make a conflict",
     ),
@@ -63,7 +66,10 @@ CASES = [
         id="the same text rule holds for bootId",
     ),
     pytest.param(
-        [line(sourceTimestamp="2026-04-22T10:00:12.120+02:00"), line(sourceTimestamp="2026-04-22T08:00:12.120Z")],
+        [
+            line(sourceTimestamp="2026-04-22T10:00:12.120+02:00"),
+            line(sourceTimestamp="2026-04-22T08:00:12.120Z"),
+        ],
         ["inserted", "duplicate"],
         id="equivalent timestamps in other offsets are the same instant",
     ),
@@ -113,7 +119,10 @@ CASES = [
         id="a missing source or transitionId is incomplete too",
     ),
     pytest.param(
-        [line(arrivalAt="2026-04-22T08:00:13.000Z", gateway="gw-1"), line(arrivalAt="2026-04-23T00:00:00Z", gateway="gw-2")],
+        [
+            line(arrivalAt="2026-04-22T08:00:13.000Z", gateway="gw-1"),
+            line(arrivalAt="2026-04-23T00:00:00Z", gateway="gw-2"),
+        ],
         ["inserted", "duplicate"],
         id="evidence fields (arrivalAt, unknown fields) never take part in identity",
     ),
@@ -128,13 +137,24 @@ CASES = [
         id="the same transitionId under a new bootId is a new event",
     ),
     pytest.param(
-        [line(), line(payload={"state": "Trip", "severity": "Low"}), line(payload={"state": "Trip", "severity": "Low"}),
-         line()],
+        [
+            line(),
+            line(payload={"state": "Trip", "severity": "Low"}),
+            line(payload={"state": "Trip", "severity": "Low"}),
+            line(),
+        ],
         ["inserted", "conflict", "conflict", "duplicate"],
         id="conflict then the original again: the canonical's own hash decides",
     ),
     pytest.param(
-        ["not json", "[1, 2]", line(), line(payload=[1]), line(bootId=True), line(sourceTimestamp="yesterday")],
+        [
+            "not json",
+            "[1, 2]",
+            line(),
+            line(payload=[1]),
+            line(bootId=True),
+            line(sourceTimestamp="yesterday"),
+        ],
         ["rejected", "rejected", "inserted", "rejected", "rejected", "rejected"],
         id="unparseable lines are rejected and the rest goes on",
     ),

@@ -18,15 +18,24 @@ from agent.store.schema import MIGRATIONS
 from agent.store.store import Store
 
 
-def d(tid: str, boot: str | None, *, source: str = "PUMP-07/Trip", live: bool = True, at: str = "2026-04-22T08:00:00.000Z",
-      payload: dict[str, Any] | None = None) -> Delivery:
+def d(
+    tid: str,
+    boot: str | None,
+    *,
+    source: str = "PUMP-07/Trip",
+    live: bool = True,
+    at: str = "2026-04-22T08:00:00.000Z",
+    payload: dict[str, Any] | None = None,
+) -> Delivery:
     obj: dict[str, Any] = {"source": source, "transitionId": tid, "payload": payload or {"state": "Trip"}}
     if boot is not None:
         obj["bootId"] = boot
     got = parse_delivery(json.dumps(obj), arrival_at=at, receiver="test")
     assert isinstance(got, Delivery)
     if not live:
-        got = Delivery(**{**{f: getattr(got, f) for f in got.__dataclass_fields__ if f != "key"}, "live": False})
+        got = Delivery(
+            **{**{f: getattr(got, f) for f in got.__dataclass_fields__ if f != "key"}, "live": False}
+        )
     return got
 
 
@@ -59,8 +68,14 @@ async def test_incomplete_identity_never_makes_a_boot(store: Store) -> None:
 
 
 async def test_a_boot_read_from_the_controller_is_recorded_with_its_evidence(store: Store) -> None:
-    sighting = BootSighting("PUMP-07", "B17", "2026-04-22T08:00:00.000Z", None, True,
-                            {"summary": "boot register 0 read", "register": 0})
+    sighting = BootSighting(
+        "PUMP-07",
+        "B17",
+        "2026-04-22T08:00:00.000Z",
+        None,
+        True,
+        {"summary": "boot register 0 read", "register": 0},
+    )
     await store.record([], boot_sightings=[sighting], now="2026-04-22T08:00:00.000Z")
     boots = [b async for b in report.boots(store.db)]
     assert boots[0]["evidence"]["register"] == 0 and boots[0]["arrival_id"] is None
@@ -69,25 +84,37 @@ async def test_a_boot_read_from_the_controller_is_recorded_with_its_evidence(sto
 async def test_outbox_rows_are_written_with_the_canonical(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "s.db")
     await store.register_upstreams([("central", "none"), ("backup", "none")], "2026-04-22T08:00:00.000Z")
-    await store.record([d("1", "B17"), d("1", "B17"), d("2", None)],
-                       anomalies=[Anomaly("PUMP-07/Trip", "B17", "gap", "2", "3", "2026-04-22T08:00:00.000Z")])
+    await store.record(
+        [d("1", "B17"), d("1", "B17"), d("2", None)],
+        anomalies=[Anomaly("PUMP-07/Trip", "B17", "gap", "2", "3", "2026-04-22T08:00:00.000Z")],
+    )
     rows = await store.db.execute_fetchall("SELECT upstream, kind FROM outbox ORDER BY outbox_id")
     await store.close()
     kinds = sorted(rows)
     assert kinds == sorted(
-        [(u, k) for u in ("central", "backup") for k in ("transition", "boot_observed", "gap", "identity_incomplete")]
+        [
+            (u, k)
+            for u in ("central", "backup")
+            for k in ("transition", "boot_observed", "gap", "identity_incomplete")
+        ]
     )
 
 
 async def test_backfill_all_gives_an_added_upstream_the_history(store: Store) -> None:
     await store.record([d("1", "B17"), d("2", "B17")])
     await store.register_upstreams([("late-none", "none"), ("late-all", "all")], "2026-04-22T09:00:00.000Z")
-    rows = dict(await store.db.execute_fetchall(
-        "SELECT upstream, count(*) FROM outbox WHERE kind = 'transition' GROUP BY upstream"))
+    rows = dict(
+        await store.db.execute_fetchall(
+            "SELECT upstream, count(*) FROM outbox WHERE kind = 'transition' GROUP BY upstream"
+        )
+    )
     assert rows == {"late-all": 2}
     await store.record([d("3", "B17")])
-    rows = dict(await store.db.execute_fetchall(
-        "SELECT upstream, count(*) FROM outbox WHERE kind = 'transition' GROUP BY upstream"))
+    rows = dict(
+        await store.db.execute_fetchall(
+            "SELECT upstream, count(*) FROM outbox WHERE kind = 'transition' GROUP BY upstream"
+        )
+    )
     assert rows == {"late-all": 3, "late-none": 1}
 
 

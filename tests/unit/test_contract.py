@@ -63,11 +63,17 @@ def test_ids_that_are_neither_text_nor_integer_are_refused(value: Any) -> None:
         pytest.param("2026-04-22T08:00:12.120Z", "2026-04-22T08:00:12.120Z", id="UTC with millis"),
         pytest.param("2026-04-22T08:00:12Z", "2026-04-22T08:00:12.000Z", id="no fraction gets .000"),
         pytest.param("2026-04-22T08:00:12.1Z", "2026-04-22T08:00:12.100Z", id="one digit of fraction"),
-        pytest.param("2026-04-22T08:00:12.123999999Z", "2026-04-22T08:00:12.123Z", id="nanoseconds truncated"),
-        pytest.param("2026-04-22T10:00:12.120+02:00", "2026-04-22T08:00:12.120Z", id="offset converted to UTC"),
+        pytest.param(
+            "2026-04-22T08:00:12.123999999Z", "2026-04-22T08:00:12.123Z", id="nanoseconds truncated"
+        ),
+        pytest.param(
+            "2026-04-22T10:00:12.120+02:00", "2026-04-22T08:00:12.120Z", id="offset converted to UTC"
+        ),
         pytest.param("2026-04-22T00:30:00-05:30", "2026-04-22T06:00:00.000Z", id="negative half-hour offset"),
         pytest.param("2026-04-22t08:00:12z", "2026-04-22T08:00:12.000Z", id="lowercase t and z"),
-        pytest.param("2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999Z", id="a leap second is kept in its minute"),
+        pytest.param(
+            "2016-12-31T23:59:60Z", "2016-12-31T23:59:59.999Z", id="a leap second is kept in its minute"
+        ),
         pytest.param(None, None, id="null stays absent"),
     ],
 )

@@ -17,18 +17,33 @@ NOW = "2026-04-22T09:00:00.000Z"
         pytest.param(b"[1,2]", "not a JSON object", id="a list"),
         pytest.param(b'"text"', "not a JSON object", id="a string"),
         pytest.param(b"\xff\xfe{}", "not UTF-8", id="bytes that are not UTF-8"),
-        pytest.param(b'{"source":"P/T","transitionId":1,"bootId":"B","payload":[1]}', "payload", id="payload a list"),
-        pytest.param(b'{"source":"P/T","transitionId":1,"bootId":"B","payload":null}', "payload", id="payload null"),
+        pytest.param(
+            b'{"source":"P/T","transitionId":1,"bootId":"B","payload":[1]}', "payload", id="payload a list"
+        ),
+        pytest.param(
+            b'{"source":"P/T","transitionId":1,"bootId":"B","payload":null}', "payload", id="payload null"
+        ),
         pytest.param(b'{"source":"P/T","transitionId":1.5,"bootId":"B"}', "transitionId", id="fractional id"),
         pytest.param(b'{"source":"P/T","transitionId":1,"bootId":false}', "bootId", id="boolean id"),
         pytest.param(b'{"source":["P"],"transitionId":1,"bootId":"B"}', "source", id="list source"),
-        pytest.param(b'{"source":"P/T","transitionId":1,"bootId":"B","sourceTimestamp":"2026-04-22"}',
-                     "sourceTimestamp", id="date without time"),
-        pytest.param(b'{"source":"P/T","transitionId":1,"bootId":"B","arrivalAt":"now"}', "arrivalAt",
-                     id="bad arrivalAt"),
-        pytest.param(b'{"source":"P/T","transitionId":1,"bootId":"B","payload":{"v":NaN}}', "not JSON", id="NaN"),
-        pytest.param(b'{"source":"P/T","transitionId":1,"bootId":"B","payload":{"v":"\\ud800"}}', "canonical",
-                     id="lone surrogate in payload"),
+        pytest.param(
+            b'{"source":"P/T","transitionId":1,"bootId":"B","sourceTimestamp":"2026-04-22"}',
+            "sourceTimestamp",
+            id="date without time",
+        ),
+        pytest.param(
+            b'{"source":"P/T","transitionId":1,"bootId":"B","arrivalAt":"now"}',
+            "arrivalAt",
+            id="bad arrivalAt",
+        ),
+        pytest.param(
+            b'{"source":"P/T","transitionId":1,"bootId":"B","payload":{"v":NaN}}', "not JSON", id="NaN"
+        ),
+        pytest.param(
+            b'{"source":"P/T","transitionId":1,"bootId":"B","payload":{"v":"\\ud800"}}',
+            "canonical",
+            id="lone surrogate in payload",
+        ),
     ],
 )
 def test_rejections_keep_raw_bytes_reason_and_line(raw: bytes, reason_part: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.jcs import CanonicalJsonError, canonical_json, format_number
+from agent.jcs import CanonicalJsonError, canonical_json, canonical_json_general, format_number
 
 
 @pytest.mark.parametrize(
@@ -38,8 +38,12 @@ def test_numbers_follow_ecmascript(value: float, text: str) -> None:
     ("value", "text"),
     [
         pytest.param({"b": 1, "a": 2}, '{"a":2,"b":1}', id="keys sorted, no whitespace"),
-        pytest.param({"\u20ac": 1, "\U0001f600": 2, "\ufb01": 3}, '{"€":1,"😀":2,"ﬁ":3}', id="keys sorted by UTF-16 units"),
-        pytest.param("a\"b\\c\n\x01", '"a\\"b\\\\c\\n\\u0001"', id="escapes as JSON requires, lowercase hex"),
+        pytest.param(
+            {"\u20ac": 1, "\U0001f600": 2, "\ufb01": 3},
+            '{"€":1,"😀":2,"ﬁ":3}',
+            id="keys sorted by UTF-16 units",
+        ),
+        pytest.param('a"b\\c\n\x01', '"a\\"b\\\\c\\n\\u0001"', id="escapes as JSON requires, lowercase hex"),
         pytest.param("é\u2028", '"é\u2028"', id="non-ASCII stays literal"),
         pytest.param([1, 1.0, True, None], "[1,1,true,null]", id="array of scalars"),
         pytest.param(2**64 - 1, "18446744073709551615", id="64-bit integers stay exact"),
@@ -86,3 +90,17 @@ def test_key_order_never_changes_the_form(d: dict[str, int]) -> None:
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_numbers_round_trip(x: float) -> None:
     assert float(canonical_json(x)) == x
+
+
+flat_values = st.none() | st.booleans() | st.integers() | st.text()
+
+
+@given(st.dictionaries(st.text(), flat_values, max_size=8))
+def test_the_fast_path_for_flat_objects_equals_the_general_writer(d: dict[str, object]) -> None:
+    try:
+        general = canonical_json_general(d)
+    except CanonicalJsonError:
+        with pytest.raises(CanonicalJsonError):
+            canonical_json(d)
+        return
+    assert canonical_json(d) == general

@@ -1,0 +1,1 @@
+"""Upstream sinks (MQTT, HTTP): publish outbox records and report delivered / retry / rejected."""
