@@ -1,4 +1,4 @@
-"""The event identity contract as plain functions (spec: docs/contract.md).
+"""The event identity contract as plain functions (docs/contract.md).
 
 Pure: no I/O, no clock. Everything that decides what "the same event" means
 lives here or in `agent.jcs`, so that it can be pinned by table tests:
