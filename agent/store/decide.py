@@ -10,11 +10,19 @@ these functions decide each delivery, in batch order:
 * any other delivery of a key is `duplicate` when its payload_hash equals the
   canonical's own hash, else `conflict` (a repeat of the conflicting content
   is another conflict; a repeat of the canonical content a duplicate).
+
+Retention (agent/store/retention.py) adds two cases. A key whose payload was
+pruned is still known from its compact key record: a re-delivery is decided
+against the record's hash as above and flagged `payload_pruned`. A key
+forgotten at the key horizon is not known any more; a new key that may be one
+of them (its (source, bootId) had keys forgotten and its sourceTimestamp is
+missing or not after the latest forgotten arrival) is `inserted` with the flag
+`key_horizon_passed`, so that it is not silently accepted as new.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,16 +56,26 @@ class EventUpdate:
         self.last_arrival = max(self.last_arrival, arrival_at)
 
 
+KEY_HORIZON_PASSED = "key_horizon_passed"
+PAYLOAD_PRUNED = "payload_pruned"
+
+
 def classify(
     items: Sequence[Delivery | Rejection],
     canonical: Mapping[Key, tuple[int, str]],
     max_id_before: int,
+    *,
+    pruned: Container[int] = frozenset(),
+    forgotten: Mapping[tuple[str, str], str] | None = None,
 ) -> tuple[list[Outcome], list[EventUpdate]]:
     """Decide every item of a batch, in order.
 
     `canonical` maps every complete key of the batch to (canonical_id,
-    canonical payload_hash) as read back after the insert. Returns one Outcome
-    per item and the updates for canonical events that got later arrivals.
+    canonical payload_hash) as read back after the insert. `pruned` holds the
+    canonical ids that are compact key records (payload pruned); `forgotten`
+    maps (source, bootId) to the latest arrival of a key forgotten for it.
+    Returns one Outcome per item and the updates for canonical events that got
+    later arrivals.
     """
     outcomes: list[Outcome] = []
     updates: dict[int, EventUpdate] = {}
@@ -75,18 +93,24 @@ def classify(
         first_of_new = cid > max_id_before and key not in seen_in_batch
         seen_in_batch.add(key)
         if first_of_new:
-            outcomes.append(Outcome(Decision.INSERTED, cid, None))
+            through = forgotten.get((key.source, key.boot_id)) if forgotten else None
+            maybe_forgotten = through is not None and (
+                item.source_timestamp is None or item.source_timestamp <= through
+            )
+            flags = (KEY_HORIZON_PASSED,) if maybe_forgotten else ()
+            outcomes.append(Outcome(Decision.INSERTED, cid, None, flags=flags))
             continue
         upd = updates.get(cid)
         if upd is None:
             upd = updates[cid] = EventUpdate(cid)
         upd.later_arrivals += 1
         upd.add(item.arrival_at)
+        flags = (PAYLOAD_PRUNED,) if cid in pruned else ()
         if item.payload_hash == canonical_hash:
-            outcomes.append(Outcome(Decision.DUPLICATE, cid, cid))
+            outcomes.append(Outcome(Decision.DUPLICATE, cid, cid, flags=flags))
         else:
             upd.conflicts += 1
-            outcomes.append(Outcome(Decision.CONFLICT, cid, cid))
+            outcomes.append(Outcome(Decision.CONFLICT, cid, cid, flags=flags))
     return outcomes, list(updates.values())
 
 

@@ -13,6 +13,9 @@ Tables:
   pending       identity-incomplete arrivals waiting for a person
   upstreams     configured upstreams (outbox rows are written for these)
   outbox        one row per record and upstream: what still has to go out
+  event_keys        compact key records of canonical events whose payload was pruned (retention)
+  forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
+  retention_counts  what retention removed and how often a key horizon was passed
 """
 
 from __future__ import annotations
@@ -112,6 +115,41 @@ MIGRATIONS: list[Migration] = [
         ],
     ),
 ]
+
+# Retention (issue 8). Kept as its own list entry so that it stays the last migration: see
+# agent/store/retention.py for what these tables mean.
+RETENTION_MIGRATION: Migration = (
+    2,
+    "retention: compact key records, forgotten-key watermarks, retention counters",
+    [
+        # What stays of a canonical event once its payload is pruned: enough to keep deciding
+        # duplicate / conflict for its key. canonical_id is the rowid (no extra index); the
+        # hash is stored as 32 bytes instead of 64 hex characters.
+        """CREATE TABLE event_keys(
+            canonical_id INTEGER PRIMARY KEY,
+            source TEXT NOT NULL, transition_id TEXT NOT NULL, boot_id TEXT NOT NULL,
+            payload_hash BLOB NOT NULL,
+            first_arrival TEXT NOT NULL,
+            last_arrival TEXT NOT NULL,
+            conflict_count INTEGER NOT NULL DEFAULT 0
+        ) STRICT""",
+        "CREATE UNIQUE INDEX event_keys_key ON event_keys(source, transition_id, boot_id)",
+        # Per (source, bootId): how many keys were forgotten at the key horizon and the latest
+        # arrival among them. A new key of that pair whose sourceTimestamp is not after it (or
+        # has none) may be a forgotten one: it is flagged `key_horizon_passed`.
+        """CREATE TABLE forgotten_keys(
+            source TEXT NOT NULL, boot_id TEXT NOT NULL,
+            keys INTEGER NOT NULL,
+            through_arrival TEXT NOT NULL,
+            PRIMARY KEY(source, boot_id)
+        ) STRICT, WITHOUT ROWID""",
+        """CREATE TABLE retention_counts(
+            name TEXT PRIMARY KEY,
+            value INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID""",
+    ],
+)
+MIGRATIONS.append(RETENTION_MIGRATION)
 
 
 def latest_version() -> int:

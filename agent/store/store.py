@@ -264,10 +264,13 @@ class Store:
                 "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
                 "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
                 " max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='arrivals'), 0),"
-                "     coalesce((SELECT max(arrival_id) FROM arrivals), 0))"
+                "     coalesce((SELECT max(arrival_id) FROM arrivals), 0)),"
+                " EXISTS(SELECT 1 FROM event_keys), EXISTS(SELECT 1 FROM forgotten_keys)"
             )
         )
         max_before, last_arrival_id = int(row[0][0]), int(row[0][1])
+        # Read inside BEGIN IMMEDIATE, so a prune by another process cannot slip in between.
+        has_key_records, has_forgotten = bool(row[0][2]), bool(row[0][3])
         arrival_ids = [last_arrival_id + 1 + i for i in range(len(items))]
 
         firsts: dict[Key, Delivery] = {}
@@ -279,9 +282,7 @@ class Store:
         inserted = 0
         if firsts:
             cur = await db.executemany(
-                "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
-                " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
-                " ON CONFLICT(source, transition_id, boot_id) DO NOTHING",
+                _INSERT_UNLESS_KEY_RECORD if has_key_records else _INSERT_EVENT,
                 [
                     _event_row(key, d, arrival_ids[i])
                     for (key, d), i in zip(firsts.items(), firsts_at, strict=True)
@@ -294,9 +295,11 @@ class Store:
             canonical = {
                 key: (max_before + 1 + n, d.payload_hash) for n, (key, d) in enumerate(firsts.items())
             }
+            pruned: set[int] = set()
         else:
-            canonical = await self._canonical_of(list(firsts))
-        outcomes, updates = decide.classify(items, canonical, max_before)
+            canonical, pruned = await self._canonical_of(list(firsts), has_key_records)
+        forgotten = await self._forgotten_of(list(firsts)) if has_forgotten and firsts else None
+        outcomes, updates = decide.classify(items, canonical, max_before, pruned=pruned, forgotten=forgotten)
 
         await db.executemany(
             "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
@@ -321,8 +324,11 @@ class Store:
                         u.canonical_id,
                     )
                     for u in updates
+                    if u.canonical_id not in pruned
                 ],
             )
+        if pruned or forgotten:
+            await self._record_retention_side(outcomes, updates, pruned)
         boot_rows = await self._record_boots([*decide.sightings_of(items), *sightings], arrival_ids)
         pending = [
             aid
@@ -344,27 +350,79 @@ class Store:
             )
         return outcomes
 
-    async def _canonical_of(self, keys: list[Key]) -> dict[Key, tuple[int, str]]:
-        """Read back (canonical_id, payload_hash) of every key, one query per chunk."""
+    async def _canonical_of(
+        self, keys: list[Key], with_key_records: bool = False
+    ) -> tuple[dict[Key, tuple[int, str]], set[int]]:
+        """Read back (canonical_id, payload_hash) of every key, one query per chunk.
+
+        With `with_key_records`, keys whose payload was pruned are read from their compact key
+        record; their canonical ids are returned as the second value.
+        """
         found: dict[Key, tuple[int, str]] = {}
+        pruned: set[int] = set()
         for start in range(0, len(keys), _CHUNK):
             chunk = keys[start : start + _CHUNK]
             values = ",".join("(?,?,?)" for _ in chunk)
             params = [p for k in chunk for p in (k.source, k.transition_id, k.boot_id)]
             # A CTE joined on the indexed columns uses the unique index; `(a,b,c) IN (VALUES ...)`
             # scans the whole table in SQLite 3.40.
-            rows = await self.db.execute_fetchall(
+            sql = (
                 f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
-                " e.canonical_id, e.payload_hash FROM k JOIN events e"
-                " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b",
-                params,
+                " e.canonical_id, e.payload_hash, 0 FROM k JOIN events e"
+                " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
             )
-            for r in rows:
+            if with_key_records:
+                sql += (
+                    " UNION ALL SELECT x.source, x.transition_id, x.boot_id, x.canonical_id,"
+                    " lower(hex(x.payload_hash)), 1 FROM k JOIN event_keys x"
+                    " ON x.source = k.s AND x.transition_id = k.t AND x.boot_id = k.b"
+                )
+            for r in await self.db.execute_fetchall(sql, params):
                 found[Key(r[0], r[1], r[2])] = (int(r[3]), str(r[4]))
+                if r[5]:
+                    pruned.add(int(r[3]))
         missing = [k for k in keys if k not in found]
         if missing:  # cannot happen inside BEGIN IMMEDIATE unless the schema is broken
             raise StoreError(f"Store {self.path}: canonical rows vanished for {len(missing)} keys")
-        return found
+        return found, pruned
+
+    async def _forgotten_of(self, keys: list[Key]) -> dict[tuple[str, str], str]:
+        """(source, bootId) -> latest arrival of a key forgotten at the key horizon, for these keys."""
+        pairs = list(dict.fromkeys((k.source, k.boot_id) for k in keys))
+        out: dict[tuple[str, str], str] = {}
+        for start in range(0, len(pairs), _CHUNK):
+            chunk = pairs[start : start + _CHUNK]
+            values = ",".join("(?,?)" for _ in chunk)
+            rows = await self.db.execute_fetchall(
+                f"WITH p(s, b) AS (VALUES {values}) SELECT f.source, f.boot_id, f.through_arrival"
+                " FROM p JOIN forgotten_keys f ON f.source = p.s AND f.boot_id = p.b",
+                [x for pair in chunk for x in pair],
+            )
+            out.update({(r[0], r[1]): str(r[2]) for r in rows})
+        return out
+
+    async def _record_retention_side(
+        self, outcomes: list[decide.Outcome], updates: list[decide.EventUpdate], pruned: set[int]
+    ) -> None:
+        """Later arrivals of keys whose payload was pruned; the count of key-horizon flags."""
+        kept = [u for u in updates if u.canonical_id in pruned]
+        if kept:
+            await self.db.executemany(
+                "UPDATE event_keys SET conflict_count = conflict_count + ?,"
+                " first_arrival = min(first_arrival, ?), last_arrival = max(last_arrival, ?)"
+                " WHERE canonical_id = ?",
+                [(u.conflicts, u.first_arrival, u.last_arrival, u.canonical_id) for u in kept],
+            )
+        passed = sum(1 for oc in outcomes if decide.KEY_HORIZON_PASSED in oc.flags)
+        if passed:
+            await self.db.execute(
+                "INSERT INTO retention_counts(name, value) VALUES (?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                (decide.KEY_HORIZON_PASSED, passed),
+            )
+            log.warning(
+                "key horizon passed: %d new keys may be re-deliveries of forgotten keys", passed
+            )
 
     async def _record_boots(self, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> list[int]:
         if not sightings:
@@ -428,6 +486,22 @@ class Store:
             if cur.rowcount:
                 refs.append(("gap" if a.kind == "gap" else "anomaly", int(cur.lastrowid or 0)))
         return refs
+
+
+_INSERT_EVENT = (
+    "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
+    " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    " ON CONFLICT(source, transition_id, boot_id) DO NOTHING"
+)
+# Once retention has pruned payloads, a key may live on only as a compact key record: the insert
+# must not make a second canonical for it (the unique index of `events` no longer sees it).
+_INSERT_UNLESS_KEY_RECORD = (
+    "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
+    " first_arrival, last_arrival, first_arrival_id) SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10"
+    " WHERE NOT EXISTS (SELECT 1 FROM event_keys x"
+    " WHERE x.source = ?1 AND x.transition_id = ?2 AND x.boot_id = ?3)"
+    " ON CONFLICT(source, transition_id, boot_id) DO NOTHING"
+)
 
 
 def _event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:

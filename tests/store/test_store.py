@@ -133,12 +133,13 @@ async def test_data_survives_reopen(tmp_path: Path) -> None:
 
 async def test_a_failing_migration_leaves_the_previous_version(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    await (await Store.open(path)).close()  # created at version 1
-    broken = [*MIGRATIONS, (2, "broken", ["CREATE TABLE fine(x)", "CREATE TABLE oops(syntax error here"])]
-    with pytest.raises(StoreError, match="migration 2"):
+    await (await Store.open(path)).close()  # created at the latest version
+    last = MIGRATIONS[-1][0]
+    broken = [*MIGRATIONS, (last + 1, "broken", ["CREATE TABLE fine(x)", "CREATE TABLE oops(syntax error here"])]
+    with pytest.raises(StoreError, match=f"migration {last + 1}"):
         await Store.open(path, migrations=broken)
     con = sqlite3.connect(path)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert con.execute("PRAGMA user_version").fetchone()[0] == last
     assert con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'fine'").fetchone()[0] == 0
     con.close()
 

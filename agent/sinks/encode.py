@@ -1,0 +1,185 @@
+"""Outbox records -> CloudEvents 1.0, structured JSON mode (pure; spec: contract section 4).
+
+Identity upstream is the pair (`source`, `id`), fixed by the contract and
+never touched by anything of this delivery: `attempt`, `replayed`,
+`gateway` and `arrivalat` are extension attributes, evidence only.
+
+| record              | type                              | source                      | id                                   |
+|---------------------|-----------------------------------|-----------------------------|--------------------------------------|
+| transition          | io.edgeagent.transition           | site/pct(device)/pct(chan)  | pct(bootId):pct(transitionId)        |
+| boot_observed       | io.edgeagent.boot_observed        | site/pct(device)            | pct(bootId)                          |
+| gap                 | io.edgeagent.gap                  | the channel's source        | gap:pct(boot):pct(first):pct(last)   |
+| wrap/reset/overrun  | io.edgeagent.anomaly              | the channel's source        | <kind>:pct(boot):pct(old):pct(new)   |
+| identity_incomplete | io.edgeagent.identity_incomplete  | site/pct(gateway)           | the arrival id                       |
+
+The stored JSON texts (payload, evidence) are canonical JSON already, so
+they are spliced into the body as they are instead of parsed and re-dumped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agent import contract
+from agent.contract import Key, channel_of, device_of, pct
+from agent.sinks.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
+
+SPECVERSION = "1.0"
+EVENT_CONTENT_TYPE = "application/cloudevents+json"
+BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
+NO_CHANNEL = "-"
+
+
+class EncodeError(ValueError):
+    """The record cannot be expressed as a CloudEvent (e.g. a site outside the contract's alphabet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One encoded CloudEvent, ready for any sink.
+
+    `body` is the structured-mode JSON of the event; `device`/`channel`/`kind`
+    feed the MQTT topic template.
+    """
+
+    outbox_id: int
+    ce_source: str
+    ce_id: str
+    ce_type: str
+    kind: str
+    device: str
+    channel: str
+    body: bytes
+
+    @property
+    def idempotency_key(self) -> str:
+        return contract.idempotency_key(self.ce_source, self.ce_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    source: str
+    id: str
+    type: str
+    device: str
+    channel: str
+    time: str | None
+    ext: dict[str, Any]
+    data_json: str
+
+
+def encode(entry: Entry, *, site: str, gateway: str, replayed: bool) -> Event:
+    """The CloudEvent of one claimed outbox entry. Raises EncodeError when it has none."""
+    rec = entry.record
+    try:
+        if isinstance(rec, Transition):
+            parts = _transition(rec, site)
+        elif isinstance(rec, BootObserved):
+            parts = _boot(rec, site)
+        elif isinstance(rec, ChannelAnomaly):
+            parts = _anomaly(rec, site)
+        elif isinstance(rec, IdentityIncomplete):
+            parts = _incomplete(rec, site, gateway)
+        else:
+            raise EncodeError(f"outbox row {entry.outbox_id}: its {entry.kind} record {entry.ref_id} is gone")
+    except contract.ContractError as exc:
+        raise EncodeError(f"outbox row {entry.outbox_id}: {exc}") from exc
+    head: dict[str, Any] = {"specversion": SPECVERSION, "id": parts.id, "source": parts.source, "type": parts.type}
+    if parts.time is not None:
+        head["time"] = parts.time
+    head["datacontenttype"] = "application/json"
+    head.update(parts.ext)
+    head["gateway"] = gateway
+    head["attempt"] = entry.attempt
+    head["replayed"] = replayed
+    text = json.dumps(head, ensure_ascii=False, separators=(",", ":"))
+    body = f'{text[:-1]},"data":{parts.data_json}}}'.encode()
+    return Event(entry.outbox_id, parts.source, parts.id, parts.type, entry.kind, parts.device, parts.channel, body)
+
+
+def batch_body(events: list[Event]) -> bytes:
+    """A JSON array of structured events (`application/cloudevents-batch+json`)."""
+    return b"[" + b",".join(e.body for e in events) + b"]"
+
+
+def render_topic(template: str, site: str, event: Event) -> str:
+    """The MQTT topic of an event; `{type}` is the record kind (e.g. `transition`)."""
+    return template.format(site=site, device=pct(event.device), channel=pct(event.channel), type=event.kind)
+
+
+def _transition(r: Transition, site: str) -> _Parts:
+    key = Key(r.source, r.transition_id, r.boot_id)
+    return _Parts(
+        source=contract.ce_source(site, r.source),
+        id=contract.ce_transition_id(key),
+        type=contract.TRANSITION_TYPE,
+        device=device_of(r.source),
+        channel=channel_of(r.source) or NO_CHANNEL,
+        time=r.source_ts,
+        ext={"bootid": r.boot_id, "transitionid": r.transition_id, "arrivalat": r.first_arrival},
+        data_json=r.payload_json,
+    )
+
+
+def _boot(r: BootObserved, site: str) -> _Parts:
+    data = {
+        "device": r.device,
+        "bootId": r.boot_id,
+        "previousBootId": r.previous_boot_id,
+        "firstArrival": r.first_arrival,
+        "sourceTimestamp": r.source_ts,
+        "live": r.live,
+    }
+    return _Parts(
+        source=contract.ce_device_source(site, r.device),
+        id=pct(r.boot_id),
+        type=contract.BOOT_OBSERVED_TYPE,
+        device=r.device,
+        channel=NO_CHANNEL,
+        time=r.source_ts,
+        ext={"bootid": r.boot_id, "arrivalat": r.first_arrival},
+        data_json=_with_evidence(data, r.evidence_json),
+    )
+
+
+def _anomaly(r: ChannelAnomaly, site: str) -> _Parts:
+    data = {"kind": r.kind, "from": r.from_value, "to": r.to_value, "detectedAt": r.detected_at}
+    return _Parts(
+        source=contract.ce_source(site, r.source),
+        id=contract.ce_anomaly_id(r.kind, r.boot_id, r.from_value, r.to_value),
+        type=contract.GAP_TYPE if r.kind == "gap" else contract.ANOMALY_TYPE,
+        device=device_of(r.source),
+        channel=channel_of(r.source) or NO_CHANNEL,
+        time=r.detected_at,
+        ext={"bootid": r.boot_id},
+        data_json=_with_evidence(data, r.evidence_json),
+    )
+
+
+def _incomplete(r: IdentityIncomplete, site: str, gateway: str) -> _Parts:
+    data = {
+        "source": r.source,
+        "transitionId": r.transition_id,
+        "bootId": r.boot_id,
+        "sourceTimestamp": r.source_ts,
+        "arrivalAt": r.arrival_at,
+        "receiver": r.receiver,
+        "raw": r.raw,
+    }
+    return _Parts(
+        source=contract.ce_device_source(site, gateway),
+        id=str(r.arrival_id),
+        type=contract.IDENTITY_INCOMPLETE_TYPE,
+        device=device_of(r.source) if r.source else NO_CHANNEL,
+        channel=(channel_of(r.source) if r.source else None) or NO_CHANNEL,
+        time=r.source_ts,
+        ext={"arrivalat": r.arrival_at},
+        data_json=json.dumps(data, ensure_ascii=False, separators=(",", ":")),
+    )
+
+
+def _with_evidence(data: dict[str, Any], evidence_json: str) -> str:
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f'{text[:-1]},"evidence":{evidence_json or "{}"}}}'

@@ -1,0 +1,122 @@
+"""HTTP sink: `POST` of `application/cloudevents-batch+json` with aiohttp.
+
+One request per batch of `batch_size` events, sent one after the other (the
+order of first arrival upstream is the outbox order). 2xx = every event of
+the batch delivered. A batch refused with a 4xx that is about its content is
+split in halves until the one event the endpoint refuses is found, so one
+poison event is dead-lettered and the rest of the backlog flows.
+
+`Idempotency-Key`: for a single event it is exactly the contract's key,
+lowercase hex SHA-256 of `source` + newline + `id`. A batch carries the
+SHA-256 of its events' keys joined by newlines: the same batch sent again has
+the same key, and two different batches never share one (a key shared by
+[A, B] and [A, B, C] would let a key-deduplicating receiver drop C). Inside
+the body every event still carries its own (source, id).
+
+The bearer token is read from `token_file` for every request, so a rotated
+credential is picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import ssl
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body
+from agent.sinks.outcome import Outcome, Verdict, classify_http, needs_split, retry
+from agent.sinks.settings import HttpUpstream
+
+log = logging.getLogger(__name__)
+
+
+def batch_idempotency_key(events: Sequence[Event]) -> str:
+    if len(events) == 1:
+        return events[0].idempotency_key
+    return hashlib.sha256("\n".join(e.idempotency_key for e in events).encode()).hexdigest()
+
+
+def read_secret(path: str) -> str:
+    """A secret file's content without its trailing newline (systemd credentials, Docker secrets)."""
+    return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+
+
+def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None) -> ssl.SSLContext:
+    """Verify the server (pinned CA if given, else the system store); optional client certificate."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    if cert_file is not None:
+        ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+class HttpSink:
+    """A `Sink` posting CloudEvents batches to one HTTP(S) endpoint."""
+
+    def __init__(self, settings: HttpUpstream, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.name = settings.name
+        self.settings = settings
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+
+    async def publish(self, events: Sequence[Event]) -> list[Outcome]:
+        out: list[Outcome] = []
+        size = self.settings.batch_size
+        for start in range(0, len(events), size):
+            outcomes = await self._post_split(events[start : start + size])
+            out.extend(outcomes)
+            failed = next((o for o in outcomes if o.verdict is Verdict.RETRY), None)
+            if failed is not None:
+                # Keep order: nothing after a batch that may not have arrived is sent now.
+                out.extend([failed] * (len(events) - len(out)))
+                break
+        return out
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def _post_split(self, events: Sequence[Event]) -> list[Outcome]:
+        oc = await self._post(events)
+        if not needs_split(oc, len(events)):
+            return [oc] * len(events)
+        half = len(events) // 2
+        left = await self._post_split(events[:half])
+        failed = next((o for o in left if o.verdict is Verdict.RETRY), None)
+        if failed is not None:
+            return left + [failed] * (len(events) - half)
+        return left + await self._post_split(events[half:])
+
+    async def _post(self, events: Sequence[Event]) -> Outcome:
+        s = self.settings
+        headers = {"Content-Type": BATCH_CONTENT_TYPE, "Idempotency-Key": batch_idempotency_key(events)}
+        try:
+            if s.token_file is not None:
+                headers["Authorization"] = f"Bearer {read_secret(s.token_file)}"
+            session = self._open()
+            async with session.post(s.url, data=batch_body(list(events)), headers=headers) as resp:
+                detail = "" if 200 <= resp.status < 300 else (await resp.text(errors="replace"))[:200].strip()
+                return classify_http(resp.status, resp.headers.get("Retry-After"), self._clock(), detail)
+        except TimeoutError:
+            return retry(f"{s.url}: no response within {s.request_timeout_s:g} s")
+        except aiohttp.ClientError as exc:
+            return retry(f"{s.url}: {type(exc).__name__}: {exc}")
+        except OSError as exc:  # token file missing or unreadable, CA file problems
+            return retry(f"{s.url}: {exc}")
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            s = self.settings
+            ctx = tls_context(s.ca_file, s.cert_file, s.key_file) if s.url.startswith("https:") else None
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=s.request_timeout_s, connect=s.connect_timeout_s),
+                connector=aiohttp.TCPConnector(ssl=ctx if ctx is not None else True, limit=4),
+            )
+        return self._session
+
+

@@ -1,0 +1,87 @@
+"""What the outbox hands to the forwarder: one pending row and the record it refers to (pure data).
+
+The store builds these from SQLite (`agent.store.outbox`); `agent.sinks.encode`
+turns them into CloudEvents. Sinks never see SQLite, only these values.
+JSON columns stay as their stored text (`payload_json`, `evidence_json`), so
+the encoder can splice them into the event without parsing them again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("transition", "boot_observed", "gap", "anomaly", "identity_incomplete")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A canonical event (`events` row)."""
+
+    canonical_id: int
+    source: str
+    transition_id: str
+    boot_id: str
+    source_ts: str | None
+    payload_json: str
+    first_arrival: str
+
+
+@dataclass(frozen=True, slots=True)
+class BootObserved:
+    """A new boot generation of a device (`boots` row)."""
+
+    boot_row: int
+    device: str
+    boot_id: str
+    previous_boot_id: str | None
+    first_arrival: str
+    source_ts: str | None
+    live: bool
+    evidence_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelAnomaly:
+    """A gap, wrap, reset or ring overrun of one channel (`anomalies` row)."""
+
+    anomaly_id: int
+    source: str
+    boot_id: str
+    kind: str
+    from_value: str
+    to_value: str
+    detected_at: str
+    evidence_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityIncomplete:
+    """An arrival without a complete key (`arrivals` row on the pending list)."""
+
+    arrival_id: int
+    source: str | None
+    transition_id: str | None
+    boot_id: str | None
+    source_ts: str | None
+    arrival_at: str
+    receiver: str
+    raw: str
+
+
+Record = Transition | BootObserved | ChannelAnomaly | IdentityIncomplete
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One claimed outbox row. `attempt` is this attempt's number (1, 2, ...), already stored.
+
+    `record` is None when the referenced row no longer exists (it cannot be
+    encoded; the forwarder dead-letters the entry with a reason).
+    """
+
+    outbox_id: int
+    kind: str
+    ref_id: int
+    attempt: int
+    created_at: str
+    record: Record | None

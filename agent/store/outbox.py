@@ -1,0 +1,210 @@
+"""Outbox queries: claim pending rows in order, settle them, count them, requeue them.
+
+Every row is (upstream, kind, ref_id) with a state: `pending` (still to go),
+`delivered` (acknowledged upstream) or `rejected` (dead letter: refused by the
+upstream, never retried automatically). `attempts` counts delivery attempts
+of that row for that upstream.
+
+Crash safety, step by step (one forwarder per upstream and store):
+1. `claim()` reads the first pending rows (insertion order) joined with their
+   records and commits `attempts + 1` for them *before* anything is sent. A
+   crash afterwards resends them with the next attempt number, same ids.
+2. The sink publishes and waits for acknowledgements.
+3. `settle()` commits delivered / rejected / retry for the whole batch in one
+   transaction. A crash between 2 and 3 is the "at least once" case: the
+   upstream sees the event again with `attempt` + 1 and the same (source, id).
+
+Nothing here holds more than one batch in memory: the queue head is found
+through the `outbox_pending(upstream, state, outbox_id)` index, so a backlog
+of millions costs the same per batch as a backlog of ten.
+
+Every read and write goes through the store's lock: a transaction belongs to
+the connection, so an unlocked read could see a half-written `record()` batch
+(and publish an event that is then rolled back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.sinks.outcome import Outcome, Verdict
+from agent.sinks.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+from agent.store.store import Store
+
+_CLAIM = """
+SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at,
+  e.canonical_id, e.source, e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival,
+  b.boot_row, b.device, b.boot_id, b.previous_boot_id, b.first_arrival, b.source_ts, b.live, b.evidence,
+  a.anomaly_id, a.source, a.boot_id, a.kind, a.from_value, a.to_value, a.detected_at, a.evidence,
+  r.arrival_id, r.source, r.transition_id, r.boot_id, r.source_ts, r.arrival_at, r.receiver, r.raw
+FROM outbox o
+LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id
+LEFT JOIN boots b ON o.kind = 'boot_observed' AND b.boot_row = o.ref_id
+LEFT JOIN anomalies a ON o.kind IN ('gap', 'anomaly') AND a.anomaly_id = o.ref_id
+LEFT JOIN arrivals r ON o.kind = 'identity_incomplete' AND r.arrival_id = o.ref_id
+WHERE o.upstream = ? AND o.state = 'pending'
+ORDER BY o.outbox_id
+LIMIT ?
+"""
+
+MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCounts:
+    """Delivery state of one upstream. `attempts` counts delivery attempts, not events."""
+
+    upstream: str
+    pending: int
+    delivered: int
+    rejected: int
+    attempts: int
+    oldest_pending_at: str | None
+    head_error: str | None
+    last_rejection: str | None
+
+
+class Outbox:
+    """Outbox operations on an open `Store` (its connection, lock and transactions)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def claim(self, upstream: str, limit: int) -> list[Entry]:
+        """The first `limit` pending rows of `upstream`, in insertion order, with `attempts + 1` committed."""
+        store = self.store
+        async with store._lock:
+            rows = await store.db.execute_fetchall(_CLAIM, (upstream, limit))
+            if not rows:
+                return []
+            ids = [(r[0],) for r in rows]
+            async with store._transaction():
+                await store.db.executemany(
+                    "UPDATE outbox SET attempts = attempts + 1 WHERE outbox_id = ? AND state = 'pending'", ids
+                )
+        return [_entry(r) for r in rows]
+
+    async def settle(self, results: Sequence[tuple[int, Outcome]], now: str) -> None:
+        """Record the outcome of every (outbox_id, outcome) of one batch in one transaction."""
+        delivered = [(now, oid) for oid, oc in results if oc.verdict is Verdict.DELIVERED]
+        refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
+        retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
+        store = self.store
+        async with store._lock, store._transaction():
+            if delivered:
+                await store.db.executemany(
+                    "UPDATE outbox SET state = 'delivered', sent_at = ? WHERE outbox_id = ? AND state = 'pending'",
+                    delivered,
+                )
+            if refused:
+                await store.db.executemany(
+                    "UPDATE outbox SET state = 'rejected', last_error = ? WHERE outbox_id = ? AND state = 'pending'",
+                    refused,
+                )
+            if retried:
+                await store.db.executemany("UPDATE outbox SET last_error = ? WHERE outbox_id = ?", retried)
+
+    async def last_pending_id(self, upstream: str) -> int:
+        """The newest pending row's id (0 when none): the end of the backlog right now."""
+        async with self.store._lock:
+            rows = await self.store.db.execute_fetchall(
+                "SELECT max(outbox_id) FROM outbox WHERE upstream = ? AND state = 'pending'", (upstream,)
+            )
+        return int(next(iter(rows))[0] or 0)
+
+    async def counts(self) -> list[UpstreamCounts]:
+        """Per registered upstream (and any upstream that still has rows): counts kept apart."""
+        db = self.store.db
+        async with self.store._lock:
+            names = [r[0] for r in await db.execute_fetchall(
+                "SELECT name FROM upstreams UNION SELECT DISTINCT upstream FROM outbox ORDER BY 1"
+            )]
+            out = []
+            for name in names:
+                out.append(await self._counts_of(name))
+        return out
+
+    async def _counts_of(self, name: str) -> UpstreamCounts:
+        db = self.store.db
+        by_state: dict[str, int] = {}
+        attempts = 0
+        for state, n, a in await db.execute_fetchall(
+            "SELECT state, count(*), coalesce(sum(attempts), 0) FROM outbox WHERE upstream = ? GROUP BY state",
+            (name,),
+        ):
+            by_state[state] = int(n)
+            attempts += int(a)
+        head = await db.execute_fetchall(
+            "SELECT created_at, last_error FROM outbox WHERE upstream = ? AND state = 'pending'"
+            " ORDER BY outbox_id LIMIT 1",
+            (name,),
+        )
+        last_rej = await db.execute_fetchall(
+            "SELECT last_error FROM outbox WHERE upstream = ? AND state = 'rejected' ORDER BY outbox_id DESC LIMIT 1",
+            (name,),
+        )
+        h = next(iter(head), None)
+        lr = next(iter(last_rej), None)
+        return UpstreamCounts(
+            upstream=name,
+            pending=by_state.get("pending", 0),
+            delivered=by_state.get("delivered", 0),
+            rejected=by_state.get("rejected", 0),
+            attempts=attempts,
+            oldest_pending_at=h[0] if h else None,
+            head_error=h[1] if h else None,
+            last_rejection=lr[0] if lr else None,
+        )
+
+    async def retry_rejected(self, upstream: str | None = None, ids: Sequence[int] = ()) -> int:
+        """Put dead letters back in the queue (all, one upstream's, or the given outbox ids)."""
+        where, params = _scope(upstream, ids)
+        async with self.store._lock, self.store._transaction():
+            cur = await self.store.db.execute(
+                f"UPDATE outbox SET state = 'pending' WHERE state = 'rejected'{where}", params
+            )
+            return int(cur.rowcount)
+
+    async def replay(self, upstream: str, since: str, until: str | None = None) -> int:
+        """Queue delivered rows of `upstream` recorded in [since, until) again; same ids, next attempt."""
+        sql = "UPDATE outbox SET state = 'pending' WHERE upstream = ? AND state = 'delivered' AND created_at >= ?"
+        params: list[Any] = [upstream, since]
+        if until is not None:
+            sql += " AND created_at < ?"
+            params.append(until)
+        async with self.store._lock, self.store._transaction():
+            cur = await self.store.db.execute(sql, params)
+            return int(cur.rowcount)
+
+
+def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:
+    where, params = "", []
+    if upstream is not None:
+        where += " AND upstream = ?"
+        params.append(upstream)
+    if ids:
+        where += f" AND outbox_id IN ({','.join('?' for _ in ids)})"
+        params.extend(int(i) for i in ids)
+    return where, params
+
+
+def _err(oc: Outcome) -> str:
+    return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
+
+
+def _entry(r: Any) -> Entry:
+    kind = r[1]
+    rec: Record | None = None
+    if kind == "transition" and r[5] is not None:
+        rec = Transition(r[5], r[6], r[7], r[8], r[9], r[10], r[11])
+    elif kind == "boot_observed" and r[12] is not None:
+        rec = BootObserved(r[12], r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19])
+    elif kind in ("gap", "anomaly") and r[20] is not None:
+        rec = ChannelAnomaly(r[20], r[21], r[22], r[23], r[24], r[25], r[26], r[27])
+    elif kind == "identity_incomplete" and r[28] is not None:
+        raw = r[35]
+        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
+        rec = IdentityIncomplete(r[28], r[29], r[30], r[31], r[32], r[33], r[34], text)
+    return Entry(outbox_id=r[0], kind=kind, ref_id=r[2], attempt=int(r[3]) + 1, created_at=r[4], record=rec)
