@@ -383,9 +383,40 @@ def boots_cmd(obj: Context, as_json: bool) -> None:
     run_async(go)
 
 
+@cli.command(
+    "simulate",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def simulate_cmd(args: tuple[str, ...]) -> None:
+    """Run simulated PLCs (Modbus TCP + OPC UA) to try a config against; `simulate --help` for options.
+
+    The same as `python -m devices ...`: prints the endpoints, the register
+    map and the agent config snippet for the simulated controllers, and runs
+    until Ctrl-C or SIGTERM.
+    """
+    import devices  # the simulators are an independent peer; only the CLI reaches them
+
+    sys.exit(devices.cli_main(list(args)))
+
+
 def main() -> None:
     cli(prog_name="edge-agent")
 
 
 if __name__ == "__main__":
     main()
+
+
+from agent.cli_prune import prune_cmd  # noqa: E402  (retention, issue 8)
+
+cli.add_command(prune_cmd)
+
+from agent.cli_outbox import outbox_cmd, replay_cmd  # noqa: E402  (registration of the delivery commands)
+
+cli.add_command(outbox_cmd)
+cli.add_command(replay_cmd)
+
+from agent.cli_check import check  # noqa: E402  (configuration check and device probe, issue 4)
+
+cli.add_command(check)

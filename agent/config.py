@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -35,164 +35,42 @@ from agent.contract import ContractError, check_site
 from agent.errors import ConfigError
 from agent.settings import parse_size
 from agent.sinks.settings import Backoff, HttpUpstream, MqttUpstream, Upstream
+from agent.sources.modbus_decode import WORDS
+from agent.sources.settings import (
+    Channel,
+    Connection,
+    Device,
+    Events,
+    Field,
+    ModbusRtu,
+    ModbusTcp,
+    OpcUa,
+    OpcUaSecurity,
+    Ring,
+    WordOrder,
+)
 
 # --- the typed configuration ---------------------------------------------------------------
 
-WORDS = {
-    "uint16": 1,
-    "int16": 1,
-    "uint32": 2,
-    "int32": 2,
-    "uint64": 4,
-    "int64": 4,
-    "float32": 2,
-    "float64": 4,
-    "bool": 1,
-}
 TABLES = ("holding", "input", "coil", "discrete")
-WordOrder = Literal["big", "little"]
-
-
-@dataclass(frozen=True)
-class Field:
-    """Where one value lives: a Modbus register (``register``/``offset``, ``type``, ``table``)
-    and/or an OPC UA node (``node``). ``values`` names state values; ``unit``/``clock`` say how a
-    number is a time (ms or s since the Unix epoch, in UTC or in the PLC's local zone)."""
-
-    register: int | None = None
-    type: str = "uint16"
-    table: str = "holding"
-    node: str | None = None
-    values: Mapping[int, str] = field(default_factory=dict)
-    unit: str = "ms"
-    clock: str = "UTC"
-    offset: int | None = None
-    value: int | None = None
-    word_order: WordOrder | None = None
-    line: int = 0
-
-    @property
-    def words(self) -> int:
-        return WORDS[self.type]
-
-
-@dataclass(frozen=True)
-class Channel:
-    """One event channel. ``source_timestamp`` None with ``time_from_state`` True means the OPC UA
-    state node's ``DataValue.SourceTimestamp`` (``source_timestamp: source``)."""
-
-    name: str
-    transition_id: Field
-    state: Field
-    source_timestamp: Field | None = None
-    time_from_state: bool = False
-    latched: Mapping[str, Field] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Ring:
-    """The controller's offline buffer: head (entries ever written), capacity, and slots.
-
-    Modbus: slot k starts at ``slots_register + k * slot_size``; each field has an ``offset``.
-    OPC UA: each field is an array node indexed by slot. ``read`` is the one Modbus request
-    (register, count) that returns header and slots together."""
-
-    head: Field
-    capacity: Field
-    fields: Mapping[str, Field]
-    slot_count: int
-    slots_register: int | None = None
-    slot_size: int | None = None
-    read: tuple[int, int] | None = None
-
-    @property
-    def channel_names(self) -> Mapping[int, str]:
-        ch = self.fields.get("channel")
-        return ch.values if ch is not None else {}
-
-
-@dataclass(frozen=True)
-class Events:
-    """OPC UA events of the controller object (``node``) of one event ``type``."""
-
-    node: str
-    type: str
-
-
-@dataclass(frozen=True)
-class ModbusTcp:
-    host: str
-    port: int = 502
-    unit: int = 1
-    timeout: float = 1.0
-
-    @property
-    def receiver(self) -> str:
-        return f"modbus:{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class ModbusRtu:
-    serial: str
-    baudrate: int = 19200
-    parity: str = "N"
-    stopbits: int = 1
-    bytesize: int = 8
-    unit: int = 1
-    timeout: float = 1.0
-
-    @property
-    def receiver(self) -> str:
-        return f"modbus-rtu:{self.serial}:{self.unit}"
-
-
-@dataclass(frozen=True)
-class OpcUaSecurity:
-    policy: str = "Basic256Sha256"
-    mode: str = "SignAndEncrypt"
-    certificate: str | None = None
-    private_key: str | None = None
-    server_certificate: str | None = None
-    application_uri: str = "urn:edge-agent:agent"
-
-
-@dataclass(frozen=True)
-class OpcUa:
-    """``subscribe``: data-change (and, with ``events`` mapped, event) subscription plus a
-    reconciling read on every (re)connect and every ``reconcile``; otherwise plain reads."""
-
-    endpoint: str
-    security: OpcUaSecurity | None = None
-    username: str | None = None
-    password_file: str | None = None
-    subscribe: bool = False
-    publishing: float = 0.1
-    reconcile: float = 5.0
-    timeout: float = 2.0
-
-    @property
-    def receiver(self) -> str:
-        return f"opcua:{self.endpoint}"
-
-
-Connection = ModbusTcp | ModbusRtu | OpcUa
-
-
-@dataclass(frozen=True)
-class Device:
-    name: str
-    connections: tuple[Connection, ...]
-    channels: tuple[Channel, ...]
-    poll: float = 0.25
-    boot_id: Field | None = None
-    ring: Ring | None = None
-    events: Events | None = None
-    namespace: str | None = None
-    word_order: WordOrder = "big"
-    backoff_initial: float = 0.25
-    backoff_max: float = 10.0
-    file: str = ""
-    line: int = 0
+__all__ = [
+    "Channel",
+    "Config",
+    "ConfigProblems",
+    "Connection",
+    "Device",
+    "Events",
+    "Field",
+    "ModbusRtu",
+    "ModbusTcp",
+    "OpcUa",
+    "OpcUaSecurity",
+    "Problem",
+    "Ring",
+    "StoreConfig",
+    "load",
+    "parse_duration",
+]
 
 
 @dataclass(frozen=True)
@@ -378,8 +256,8 @@ class _Section:
 
 
 class _Ctx:
-    def __init__(self, file: str, problems: list[Problem]) -> None:
-        self.file, self.problems = file, problems
+    def __init__(self, file: str, problems: list[Problem], check_files: bool = True) -> None:
+        self.file, self.problems, self.check_files = file, problems, check_files
 
     def problem(self, line: int, key: str, message: str) -> None:
         self.problems.append(Problem(self.file, line, key, message))
@@ -392,7 +270,9 @@ def _kind(v: Any) -> str:
 
 
 def _text(v: Any) -> str:
-    if isinstance(v, bool) or not isinstance(v, str | int) or v == "":
+    if isinstance(v, bool):
+        raise ValueError("must be text, not true/false (YAML reads On, Off, Yes and No as those: quote them)")
+    if not isinstance(v, str | int) or v == "":
         raise ValueError(f"must be text, not {_kind(v)}")
     return str(v)
 
@@ -453,14 +333,18 @@ def _values(v: Any) -> dict[int, str]:
 # --- the loader ------------------------------------------------------------------------------
 
 
-def load(path: str | Path) -> Config:
-    """Read, check and compile the configuration at ``path`` (plus its ``devices.d``)."""
+def load(path: str | Path, *, check_files: bool = True) -> Config:
+    """Read, check and compile the configuration at ``path`` (plus its ``devices.d``).
+
+    ``check_files=False`` skips the existence check of certificate and password files (to
+    validate a config written for another machine, e.g. ``config.example.yaml``).
+    """
     main = Path(path)
     problems: list[Problem] = []
     doc = _read_yaml(main, str(main), problems)
     if problems:
         raise ConfigProblems(problems)
-    ctx = _Ctx(str(main), problems)
+    ctx = _Ctx(str(main), problems, check_files)
     top = _Section(ctx, doc if doc is not None else _Map(), "", 1)
     site = top.get("site", lambda v: check_site(_text(v)), "", required=True)
     gateway = top.get("gateway", _text, "", required=True)
@@ -470,7 +354,7 @@ def load(path: str | Path) -> Config:
     devices: list[Device] = []
     for i, entry in enumerate(top.get("devices", _list, _empty())):
         devices.append(_device(_Section(ctx, entry, f"devices[{i}]", top.key_line("devices")), ctx))
-    devices += _devices_dir(top, main, problems)
+    devices += _devices_dir(top, main, problems, check_files)
     top.finish()
     seen: dict[str, Device] = {}
     for d in devices:
@@ -502,7 +386,7 @@ def _list(v: Any) -> list[Any]:
     return v
 
 
-def _devices_dir(top: _Section, main: Path, problems: list[Problem]) -> list[Device]:
+def _devices_dir(top: _Section, main: Path, problems: list[Problem], check_files: bool) -> list[Device]:
     given = top.get("devices_dir", _text, "")
     folder = (main.parent / given) if given else main.parent / "devices.d"
     if not folder.is_dir():
@@ -515,7 +399,7 @@ def _devices_dir(top: _Section, main: Path, problems: list[Problem]) -> list[Dev
         doc = _read_yaml(file, shown, problems)
         if doc is None:
             continue
-        ctx = _Ctx(shown, problems)
+        ctx = _Ctx(shown, problems, check_files)
         # A file holds one device, or a `devices:` list (the simulator's snippet pasted as is).
         entries = doc.get("devices") if isinstance(doc, dict) and "devices" in doc else [doc]
         if not isinstance(entries, list):
@@ -724,6 +608,7 @@ def _existing_file(v: Any) -> str:
 
 
 def _opcua(s: _Section) -> OpcUa:
+    file_ = _existing_file if s.ctx.check_files else _text
     endpoint = s.get("endpoint", _text, "", required=True)
     if endpoint and not endpoint.startswith("opc.tcp://"):
         s.problem("endpoint", f"{endpoint!r} must start with opc.tcp://")
@@ -733,16 +618,16 @@ def _opcua(s: _Section) -> OpcUa:
         security = OpcUaSecurity(
             policy=sec.get("policy", _one_of("Basic256Sha256"), "Basic256Sha256"),
             mode=sec.get("mode", _one_of("Sign", "SignAndEncrypt"), "SignAndEncrypt"),
-            certificate=sec.get("certificate", _existing_file, None),
-            private_key=sec.get("private_key", _existing_file, None),
-            server_certificate=sec.get("server_certificate", _existing_file, None),
+            certificate=sec.get("certificate", file_, None),
+            private_key=sec.get("private_key", file_, None),
+            server_certificate=sec.get("server_certificate", file_, None),
             application_uri=sec.get("application_uri", _text, "urn:edge-agent:agent"),
         )
         if (security.certificate is None) != (security.private_key is None):
             sec.ctx.problem(sec.line, sec.path, "certificate and private_key go together")
         sec.finish()
     username = s.get("username", _text, None)
-    password_file = s.get("password_file", _existing_file, None)
+    password_file = s.get("password_file", file_, None)
     if password_file and not username:
         s.problem("password_file", "needs a username")
     return OpcUa(

@@ -151,7 +151,7 @@ def state_name(raw: Any, values: Mapping[int, str]) -> Any:
 
 def is_wrap(old: int, new: int, bits: int) -> bool:
     """A step back from the top quarter of the counter's range to its bottom quarter."""
-    span = 2**bits
+    span: int = 2**bits
     return old >= span - span // 4 and new < span // 4
 
 
@@ -246,7 +246,9 @@ class DeviceTracker:
 
     def observe(self, snap: Snapshot) -> Observations:
         if len(set(snap.boot_reads)) > 1:
-            return Observations(torn=True, notes=(f"boot id moved during the read {snap.boot_reads}; reading again",))
+            return Observations(
+                torn=True, notes=(f"boot id moved during the read {snap.boot_reads}; reading again",)
+            )
         notes: list[str] = []
         boots = self._boot(snap, notes)
         live, missing, anomalies = self._channels(snap, notes)
@@ -276,7 +278,9 @@ class DeviceTracker:
             and snap.start_time != self.last_start_time
         )
         if restarted:
-            notes.append(f"server restarted: ServerStatus/StartTime {self.last_start_time} -> {snap.start_time}")
+            notes.append(
+                f"server restarted: ServerStatus/StartTime {self.last_start_time} -> {snap.start_time}"
+            )
         if boot is not None and boot != self.last_boot:
             previous = self.last_boot
             where = ", ".join(f"{k} {v}" for k, v in snap.boot_where.items()) or "boot id"
@@ -329,8 +333,15 @@ class DeviceTracker:
                 notes.append(f"{ch.channel}: counter {kind} {last} -> {tid}")
                 if boot is not None:
                     anomalies.append(
-                        Anomaly(f"{self.device}/{ch.channel}", boot, kind, str(last), str(tid), snap.read_at,
-                                {"receiver": snap.receiver, "bits": ch.bits})
+                        Anomaly(
+                            f"{self.device}/{ch.channel}",
+                            boot,
+                            kind,
+                            str(last),
+                            str(tid),
+                            snap.read_at,
+                            {"receiver": snap.receiver, "bits": ch.bits},
+                        )
                     )
                 if wrap:
                     top = 2**ch.bits - 1
@@ -341,16 +352,25 @@ class DeviceTracker:
             if key in self._delivered:
                 continue
             self._remember(key)
-            raw = {"read": dict(ch.raw), "boot": {"value": boot, **snap.boot_where}}
+            boot_raw: dict[str, Any] = {"value": boot, **snap.boot_where}
             if snap.boot_error:
-                raw["boot"]["error"] = snap.boot_error
+                boot_raw["error"] = snap.boot_error
+            raw: dict[str, Any] = {"read": dict(ch.raw), "boot": boot_raw}
             if snap.start_time is not None:
                 raw["server_start_time"] = snap.start_time
             out.append(
                 make_delivery(
-                    device=self.device, channel=ch.channel, transition_id=tid, boot_id=boot, state=ch.state,
-                    source_timestamp=ch.source_timestamp, latched=ch.latched, arrival_at=snap.read_at,
-                    receiver=snap.receiver, live=True, raw=raw,
+                    device=self.device,
+                    channel=ch.channel,
+                    transition_id=tid,
+                    boot_id=boot,
+                    state=ch.state,
+                    source_timestamp=ch.source_timestamp,
+                    latched=ch.latched,
+                    arrival_at=snap.read_at,
+                    receiver=snap.receiver,
+                    live=True,
+                    raw=raw,
                 )
             )
         return out, missing, anomalies
@@ -382,9 +402,17 @@ class DeviceTracker:
             return None
         self._remember(key)
         return make_delivery(
-            device=self.device, channel=e.channel, transition_id=e.transition_id, boot_id=e.boot_id,
-            state=e.state, source_timestamp=e.source_timestamp, latched={}, arrival_at=read_at,
-            receiver=receiver, live=live, raw={"ring" if not live else "event": dict(e.raw), "seq": e.seq},
+            device=self.device,
+            channel=e.channel,
+            transition_id=e.transition_id,
+            boot_id=e.boot_id,
+            state=e.state,
+            source_timestamp=e.source_timestamp,
+            latched={},
+            arrival_at=read_at,
+            receiver=receiver,
+            live=live,
+            raw={"ring" if not live else "event": dict(e.raw), "seq": e.seq},
         )
 
     def _gaps(self, snap: Snapshot, missing: dict[str, list[Range]], overran: bool) -> list[Anomaly]:
@@ -399,7 +427,9 @@ class DeviceTracker:
                 evidence = {"receiver": snap.receiver, "ring_read": snap.ring is not None}
                 if snap.ring_error:
                     evidence["ring_error"] = snap.ring_error
-                out.append(Anomaly(f"{self.device}/{channel}", boot, kind, str(lo), str(hi), snap.read_at, evidence))
+                out.append(
+                    Anomaly(f"{self.device}/{channel}", boot, kind, str(lo), str(hi), snap.read_at, evidence)
+                )
         return out
 
     def _remember(self, key: tuple[str, str | None, int]) -> None:

@@ -57,7 +57,9 @@ def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None
 class HttpSink:
     """A `Sink` posting CloudEvents batches to one HTTP(S) endpoint."""
 
-    def __init__(self, settings: HttpUpstream, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(
+        self, settings: HttpUpstream, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
         self.name = settings.name
         self.settings = settings
         self._clock = clock
@@ -118,5 +120,3 @@ class HttpSink:
                 connector=aiohttp.TCPConnector(ssl=ctx if ctx is not None else True, limit=4),
             )
         return self._session
-
-

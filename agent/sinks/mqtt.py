@@ -115,25 +115,18 @@ class MqttSink:
                 return await self._publish_one(client, topic, body)
 
         tasks = [asyncio.create_task(one(t, b)) for t, _, b in messages]
+        everything = asyncio.gather(*tasks, return_exceptions=True)
         watcher = asyncio.ensure_future(asyncio.shield(lost))
         try:
-            pending = set(tasks)
-            while pending:
-                done, pending = await asyncio.wait(pending | {watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if watcher in done:
-                    pending.discard(watcher)
-                    for t in pending:
-                        t.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
-                    break
-                pending.discard(watcher)
+            # One wait over two futures (not over every task) keeps this O(n) per batch.
+            await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
                 await watcher
             for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                t.cancel()  # no-op for finished ones; the rest lost their connection
+            await everything
         return [self._result(t) for t in tasks]
 
     @staticmethod

@@ -76,7 +76,9 @@ def classify_http(status: int, retry_after: str | None, now: datetime, detail: s
     if status in RETRY_STATUSES or 500 <= status < 600:
         return retry(what, parse_retry_after(retry_after, now))
     if status in ENDPOINT_STATUSES:
-        return retry(f"{what} (endpoint refused; check URL and credentials)", parse_retry_after(retry_after, now))
+        return retry(
+            f"{what} (endpoint refused; check URL and credentials)", parse_retry_after(retry_after, now)
+        )
     if 400 <= status < 500:
         return rejected(what)
     # 1xx/3xx after redirects were followed: the endpoint is misconfigured, not the event.

@@ -95,12 +95,14 @@ class Outbox:
         async with store._lock, store._transaction():
             if delivered:
                 await store.db.executemany(
-                    "UPDATE outbox SET state = 'delivered', sent_at = ? WHERE outbox_id = ? AND state = 'pending'",
+                    "UPDATE outbox SET state = 'delivered', sent_at = ?"
+                    " WHERE outbox_id = ? AND state = 'pending'",
                     delivered,
                 )
             if refused:
                 await store.db.executemany(
-                    "UPDATE outbox SET state = 'rejected', last_error = ? WHERE outbox_id = ? AND state = 'pending'",
+                    "UPDATE outbox SET state = 'rejected', last_error = ?"
+                    " WHERE outbox_id = ? AND state = 'pending'",
                     refused,
                 )
             if retried:
@@ -118,9 +120,12 @@ class Outbox:
         """Per registered upstream (and any upstream that still has rows): counts kept apart."""
         db = self.store.db
         async with self.store._lock:
-            names = [r[0] for r in await db.execute_fetchall(
-                "SELECT name FROM upstreams UNION SELECT DISTINCT upstream FROM outbox ORDER BY 1"
-            )]
+            names = [
+                r[0]
+                for r in await db.execute_fetchall(
+                    "SELECT name FROM upstreams UNION SELECT DISTINCT upstream FROM outbox ORDER BY 1"
+                )
+            ]
             out = []
             for name in names:
                 out.append(await self._counts_of(name))
@@ -131,7 +136,8 @@ class Outbox:
         by_state: dict[str, int] = {}
         attempts = 0
         for state, n, a in await db.execute_fetchall(
-            "SELECT state, count(*), coalesce(sum(attempts), 0) FROM outbox WHERE upstream = ? GROUP BY state",
+            "SELECT state, count(*), coalesce(sum(attempts), 0) FROM outbox"
+            " WHERE upstream = ? GROUP BY state",
             (name,),
         ):
             by_state[state] = int(n)
@@ -142,7 +148,8 @@ class Outbox:
             (name,),
         )
         last_rej = await db.execute_fetchall(
-            "SELECT last_error FROM outbox WHERE upstream = ? AND state = 'rejected' ORDER BY outbox_id DESC LIMIT 1",
+            "SELECT last_error FROM outbox WHERE upstream = ? AND state = 'rejected'"
+            " ORDER BY outbox_id DESC LIMIT 1",
             (name,),
         )
         h = next(iter(head), None)
@@ -169,7 +176,10 @@ class Outbox:
 
     async def replay(self, upstream: str, since: str, until: str | None = None) -> int:
         """Queue delivered rows of `upstream` recorded in [since, until) again; same ids, next attempt."""
-        sql = "UPDATE outbox SET state = 'pending' WHERE upstream = ? AND state = 'delivered' AND created_at >= ?"
+        sql = (
+            "UPDATE outbox SET state = 'pending'"
+            " WHERE upstream = ? AND state = 'delivered' AND created_at >= ?"
+        )
         params: list[Any] = [upstream, since]
         if until is not None:
             sql += " AND created_at < ?"
@@ -180,7 +190,8 @@ class Outbox:
 
 
 def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:
-    where, params = "", []
+    where = ""
+    params: list[Any] = []
     if upstream is not None:
         where += " AND upstream = ?"
         params.append(upstream)

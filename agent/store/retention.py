@@ -56,7 +56,9 @@ class RetentionSettings:
 
     `batch_rows` bounds each pruning transaction (rows examined), so the
     recorder never waits long for the write lock; `vacuum_pages` bounds each
-    `PRAGMA incremental_vacuum(N)` step. `high_water` is the share of the size
+    `PRAGMA incremental_vacuum(N)` step. `duty` caps the share of wall time the
+    pruner holds the write lock (it sleeps between batches accordingly), so a
+    busy recorder keeps most of it. `high_water` is the share of the size
     budget at which `status` and the log warn.
     """
 
@@ -66,6 +68,7 @@ class RetentionSettings:
     interval: timedelta = timedelta(minutes=15)
     batch_rows: int = 2000
     vacuum_pages: int = 1024
+    duty: float = 0.2
     high_water: float = 0.8
 
 
@@ -76,11 +79,17 @@ def parse_duration(value: Any, key: str) -> timedelta:
     """`30d`, `12h`, `15m`, `90s`, `2w`, `500ms` -> timedelta; ConfigError naming `key` otherwise."""
     if isinstance(value, str) and (m := _DURATION.fullmatch(value)):
         return float(m.group(1)) * _UNIT[m.group(2).lower()]
-    raise ConfigError(f"{key}: {value!r} is not a duration; write a number and a unit, e.g. 30d, 12h, 15m, 90s")
+    raise ConfigError(
+        f"{key}: {value!r} is not a duration; write a number and a unit, e.g. 30d, 12h, 15m, 90s"
+    )
 
 
 def _number(value: Any, key: str, kind: type, low: float, high: float) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not isinstance(value, int)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (kind is int and not isinstance(value, int))
+    ):
         raise ConfigError(f"{key}: {value!r} is not {'an integer' if kind is int else 'a number'}")
     if not low <= value <= high:
         raise ConfigError(f"{key}: {value!r} must be between {low:g} and {high:g}")
@@ -96,7 +105,9 @@ def parse_retention(doc: Mapping[str, Any] | None, where: str = "store.retention
     if doc is None:
         return DEFAULTS
     if not isinstance(doc, Mapping):
-        raise ConfigError(f"{where}: must be a mapping (arrivals, payloads, keys, ...), not {type(doc).__name__}")
+        raise ConfigError(
+            f"{where}: must be a mapping (arrivals, payloads, keys, ...), not {type(doc).__name__}"
+        )
     known = set(RetentionSettings.__dataclass_fields__)
     for name in doc:
         if name not in known:
@@ -111,6 +122,8 @@ def parse_retention(doc: Mapping[str, Any] | None, where: str = "store.retention
         got["batch_rows"] = _number(doc["batch_rows"], f"{where}.batch_rows", int, 10, 100_000)
     if "vacuum_pages" in doc:
         got["vacuum_pages"] = _number(doc["vacuum_pages"], f"{where}.vacuum_pages", int, 1, 1_000_000)
+    if "duty" in doc:
+        got["duty"] = float(_number(doc["duty"], f"{where}.duty", float, 0.01, 1.0))
     if "high_water" in doc:
         got["high_water"] = float(_number(doc["high_water"], f"{where}.high_water", float, 0.05, 1.0))
     settings = RetentionSettings(**got)
@@ -122,17 +135,17 @@ def check_order(s: RetentionSettings, where: str = "store.retention") -> None:
     """The arrival log never outlives its canonical event; keys outlive payloads."""
     if s.arrivals > s.payloads:
         raise ConfigError(
-            f"{where}.arrivals: {_days(s.arrivals)} is longer than payloads ({_days(s.payloads)}); "
+            f"{where}.arrivals: {days_text(s.arrivals)} is longer than payloads ({days_text(s.payloads)}); "
             "the arrival log of an event cannot outlive the event"
         )
     if s.keys <= s.payloads:
         raise ConfigError(
-            f"{where}.keys: {_days(s.keys)} must be longer than payloads ({_days(s.payloads)}), "
+            f"{where}.keys: {days_text(s.keys)} must be longer than payloads ({days_text(s.payloads)}), "
             "and longer than the longest possible replay delay (see docs/retention.md)"
         )
 
 
-def _days(t: timedelta) -> str:
+def days_text(t: timedelta) -> str:
     return f"{t.total_seconds() / 86400:g}d"
 
 

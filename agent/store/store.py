@@ -420,9 +420,7 @@ class Store:
                 " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
                 (decide.KEY_HORIZON_PASSED, passed),
             )
-            log.warning(
-                "key horizon passed: %d new keys may be re-deliveries of forgotten keys", passed
-            )
+            log.warning("key horizon passed: %d new keys may be re-deliveries of forgotten keys", passed)
 
     async def _record_boots(self, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> list[int]:
         if not sightings:

@@ -135,7 +135,10 @@ async def test_a_failing_migration_leaves_the_previous_version(tmp_path: Path) -
     path = tmp_path / "s.db"
     await (await Store.open(path)).close()  # created at the latest version
     last = MIGRATIONS[-1][0]
-    broken = [*MIGRATIONS, (last + 1, "broken", ["CREATE TABLE fine(x)", "CREATE TABLE oops(syntax error here"])]
+    broken = [
+        *MIGRATIONS,
+        (last + 1, "broken", ["CREATE TABLE fine(x)", "CREATE TABLE oops(syntax error here"]),
+    ]
     with pytest.raises(StoreError, match=f"migration {last + 1}"):
         await Store.open(path, migrations=broken)
     con = sqlite3.connect(path)

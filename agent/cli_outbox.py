@@ -1,0 +1,171 @@
+"""`edge-agent outbox`, `edge-agent outbox retry` and `edge-agent replay`: the delivery side, for operators.
+
+These commands only read and requeue outbox rows in the store; the running
+service's forwarder does the sending (it picks requeued rows up within its
+poll interval). Ids never change: a resent event carries the same (source,
+id) with the next `attempt` number and `replayed: true`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import click
+
+from agent import render
+from agent.contract import ContractError, format_timestamp, parse_timestamp
+from agent.store import report
+from agent.store.outbox import Outbox, UpstreamCounts
+from agent.store.store import Store
+
+T = TypeVar("T")
+
+_RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _run(fn: Callable[[], Awaitable[T]]) -> T:
+    from agent.cli import run_async  # late: agent.cli registers these commands at its bottom
+
+    return run_async(fn)
+
+
+async def _open(obj: Any) -> Store:
+    store: Store = await obj.open_store()
+    return store
+
+
+def parse_when(text: str, now: datetime) -> str:
+    """An RFC 3339 instant, or a time back from now (`90m`, `12h`, `7d`), as normalised UTC text."""
+    m = _RELATIVE.fullmatch(text.strip())
+    if m:
+        return format_timestamp(now - timedelta(seconds=float(m.group(1)) * _UNIT_S[m.group(2)]))
+    try:
+        return format_timestamp(parse_timestamp(text, "time"))
+    except ContractError as exc:
+        raise click.BadParameter(
+            f"{text!r}: give RFC 3339 (2026-04-22T08:00:00Z) or an age (90m, 12h, 7d)"
+        ) from exc
+
+
+def _row(c: UpstreamCounts, now: datetime) -> dict[str, Any]:
+    age = None
+    if c.oldest_pending_at is not None:
+        age = round((now - parse_timestamp(c.oldest_pending_at, "created_at")).total_seconds(), 3)
+    return {
+        "upstream": c.upstream,
+        "pending": c.pending,
+        "oldest_pending_at": c.oldest_pending_at,
+        "oldest_pending_age_s": age,
+        "delivered": c.delivered,
+        "rejected": c.rejected,
+        "delivery_attempts": c.attempts,
+        "last_error": c.head_error,
+        "last_rejection": c.last_rejection,
+    }
+
+
+@click.group("outbox", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per upstream and line.")
+@click.pass_context
+def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Delivery state per upstream: pending, oldest pending age, delivered, rejected, last error.
+
+    Rejected rows are dead letters: the upstream refused them, they are never
+    retried automatically; `edge-agent outbox retry` queues them again.
+    Source events, arrivals and delivery attempts are counted apart.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    now = datetime.now(UTC)
+
+    async def go() -> tuple[list[dict[str, Any]], dict[str, int]]:
+        store = await _open(ctx.obj)
+        try:
+            return [_row(c, now) for c in await Outbox(store).counts()], await report.summary(store.db)
+        finally:
+            await store.close()
+
+    rows, summary = _run(go)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r, ensure_ascii=False))
+        return
+    click.echo(
+        f"source events: {summary['source_events']}   arrivals: {summary['arrivals']}"
+        f"   delivery attempts: {summary['delivery_attempts']}"
+    )
+    if not rows:
+        click.echo("no upstreams registered")
+        return
+    headers = ["upstream", "pending", "oldest pending", "delivered", "rejected", "attempts", "last error"]
+    table = [
+        [
+            r["upstream"],
+            r["pending"],
+            "-" if r["oldest_pending_age_s"] is None else f"{r['oldest_pending_age_s']:.0f} s",
+            r["delivered"],
+            r["rejected"],
+            r["delivery_attempts"],
+            r["last_error"] or r["last_rejection"] or "",
+        ]
+        for r in rows
+    ]
+    for line in render.table(headers, table, 60):
+        click.echo(line)
+
+
+@outbox_cmd.command("retry")
+@click.option("--upstream", metavar="NAME", help="Only this upstream's dead letters (default: all).")
+@click.option(
+    "--id", "ids", type=int, multiple=True, metavar="OUTBOX_ID", help="Only these rows (repeatable)."
+)
+@click.pass_obj
+def retry_cmd(obj: Any, upstream: str | None, ids: tuple[int, ...]) -> None:
+    """Queue dead letters (rejected rows) again, once what made the upstream refuse them is fixed."""
+
+    async def go() -> int:
+        store = await _open(obj)
+        try:
+            return await Outbox(store).retry_rejected(upstream, ids)
+        finally:
+            await store.close()
+
+    n = _run(go)
+    click.echo(f"requeued {n} dead letter{'s' if n != 1 else ''}; the running forwarder sends them again")
+
+
+@click.command("replay")
+@click.option("--since", required=True, metavar="WHEN", help="RFC 3339 instant, or an age like 90m, 12h, 7d.")
+@click.option("--until", metavar="WHEN", help="End of the range (exclusive); default: now.")
+@click.option("--upstream", required=True, metavar="NAME", help="The upstream to send the range to again.")
+@click.pass_obj
+def replay_cmd(obj: Any, since: str, until: str | None, upstream: str) -> None:
+    """Send records queued for an upstream in a time range again, on an operator's request.
+
+    Delivered rows whose records were queued in [--since, --until) become
+    pending; the forwarder resends them with the same ids, the next attempt
+    number and `replayed: true`, so receivers deduplicate them.
+    """
+    now = datetime.now(UTC)
+    start = parse_when(since, now)
+    end = parse_when(until, now) if until is not None else None
+
+    async def go() -> int:
+        store = await _open(obj)
+        try:
+            known = {c.upstream for c in await Outbox(store).counts()}
+            if upstream not in known:
+                raise click.BadParameter(
+                    f"no upstream {upstream!r}; known: {', '.join(sorted(known)) or 'none'}"
+                )
+            return await Outbox(store).replay(upstream, start, end)
+        finally:
+            await store.close()
+
+    n = _run(go)
+    click.echo(f"queued {n} record{'s' if n != 1 else ''} for {upstream} again (since {start})")

@@ -1,0 +1,235 @@
+"""The forwarder: one task per upstream, draining its outbox in order through a sink.
+
+Loop: claim the first pending rows (attempts + 1 committed first) -> encode
+-> publish -> settle every row by its outcome in one transaction. Rows are
+marked delivered only on the sink's proof of acknowledgement. When any row
+comes back `retry`, the forwarder backs off (capped exponential, jittered,
+`Retry-After` honoured) and starts again from the head of the queue, so the
+backlog is kept and its first arrival upstream stays in insertion order; new
+events recorded meanwhile queue behind it. Memory holds one batch, however
+large the backlog.
+
+`replayed` (an extension attribute, never part of the id) is true for an
+event sent again (attempt > 1), and for every event that was already waiting
+when the forwarder started or while the upstream was failing: the rows up to
+the end of the backlog as it stood when the upstream came back.
+
+Stopping: set the stop event. The forwarder keeps sending for at most
+`drain_s` seconds (the backlog, or what is left of the batch in flight), then
+settles what it has and returns; rows without an acknowledgement stay
+pending and go out again on the next start. Settling is never cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import assert_never
+
+from agent.contract import format_timestamp
+from agent.retry import retry_delay_s
+from agent.sinks.base import Sink
+from agent.sinks.encode import EncodeError, Event, encode
+from agent.sinks.http import HttpSink
+from agent.sinks.mqtt import MqttSink
+from agent.sinks.outcome import Outcome, Verdict, rejected, retry
+from agent.sinks.records import Entry
+from agent.sinks.settings import HttpUpstream, MqttUpstream, Upstream
+from agent.store.outbox import Outbox
+from agent.store.store import Store
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_sink(upstream: Upstream, *, site: str, gateway: str, clock: Clock = system_clock) -> Sink:
+    """The sink for one configured upstream."""
+    match upstream:
+        case MqttUpstream():
+            return MqttSink(upstream, site=site, gateway=gateway)
+        case HttpUpstream():
+            return HttpSink(upstream, clock=clock)
+        case _:
+            assert_never(upstream)
+
+
+@dataclass
+class ForwarderState:
+    """Live state of one forwarder, for status and metrics. Counts are of this run only."""
+
+    upstream: str
+    up: bool | None = None
+    failures: int = 0
+    last_error: str | None = None
+    attempts: int = 0
+    delivered: int = 0
+    rejected: int = 0
+    retried: int = 0
+
+
+class Forwarder:
+    """Drains one upstream's outbox through its sink. `await run(stop)` in a named task."""
+
+    def __init__(
+        self,
+        store: Store,
+        sink: Sink,
+        upstream: Upstream,
+        *,
+        site: str,
+        gateway: str,
+        clock: Clock = system_clock,
+        jitter: Callable[[], float] = random.random,
+        idle_poll_s: float = 0.5,
+    ) -> None:
+        self.outbox = Outbox(store)
+        self.sink = sink
+        self.upstream = upstream
+        self.site = site
+        self.gateway = gateway
+        self.clock = clock
+        self.jitter = jitter
+        self.idle_poll_s = idle_poll_s
+        self.state = ForwarderState(upstream.name)
+        self._wake = asyncio.Event()
+        self._replay_until = 0
+        self._outage = False
+        self.started = asyncio.Event()  # set once the backlog mark is taken and forwarding begins
+
+    def wake(self) -> None:
+        """Tell the forwarder new rows were committed (it also polls every `idle_poll_s`)."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event, *, drain_s: float = 5.0) -> None:
+        """Forward until `stop` is set, then drain for at most `drain_s` seconds and return."""
+        name = self.upstream.name
+        self._replay_until = await self.outbox.last_pending_id(name)
+        log.info("forwarder started upstream=%s backlog_until=%d", name, self._replay_until)
+        self.started.set()
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        while True:
+            if stop.is_set():
+                deadline = deadline or loop.time() + drain_s
+                if loop.time() >= deadline:
+                    break
+            entries = await self.outbox.claim(name, self.upstream.read_size)
+            if not entries:
+                if stop.is_set():
+                    break
+                await self._idle(stop)
+                continue
+            outcomes = await self._send(entries, stop, deadline, drain_s)
+            await self.outbox.settle(
+                [(e.outbox_id, o) for e, o in zip(entries, outcomes, strict=True)],
+                format_timestamp(self.clock()),
+            )
+            delay = await self._account(outcomes)
+            if delay is not None:
+                if stop.is_set():
+                    break
+                await _wait(stop, delay)
+        log.info("forwarder stopped upstream=%s", name)
+
+    async def _send(
+        self, entries: Sequence[Entry], stop: asyncio.Event, deadline: float | None, drain_s: float
+    ) -> list[Outcome]:
+        outcomes: list[Outcome | None] = [None] * len(entries)
+        events: list[Event] = []
+        slots: list[int] = []
+        for i, entry in enumerate(entries):
+            replayed = self._outage or entry.attempt > 1 or entry.outbox_id <= self._replay_until
+            try:
+                events.append(encode(entry, site=self.site, gateway=self.gateway, replayed=replayed))
+                slots.append(i)
+            except EncodeError as exc:
+                outcomes[i] = rejected(str(exc))
+        if events:
+            published = await self._publish_bounded(events, stop, deadline, drain_s)
+            for i, oc in zip(slots, published, strict=True):
+                outcomes[i] = oc
+        return [oc if oc is not None else retry("not sent") for oc in outcomes]
+
+    async def _publish_bounded(
+        self, events: list[Event], stop: asyncio.Event, deadline: float | None, drain_s: float
+    ) -> list[Outcome]:
+        """`sink.publish`, cut short when stopping takes longer than the drain allows."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(self.sink.publish(events), name=f"publish[{self.upstream.name}]")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                end = deadline if deadline is not None else loop.time() + drain_s
+                await asyncio.wait({task}, timeout=max(0.0, end - loop.time()))
+        finally:
+            stopping.cancel()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, stopping, return_exceptions=True)
+        if task.cancelled():
+            return [retry("stopped before the upstream acknowledged")] * len(events)
+        return task.result()
+
+    async def _account(self, outcomes: Sequence[Outcome]) -> float | None:
+        """Update state and logs; the delay before the next attempt, or None to go on at once."""
+        st = self.state
+        st.attempts += len(outcomes)
+        retries = [o for o in outcomes if o.verdict is Verdict.RETRY]
+        delivered = sum(1 for o in outcomes if o.verdict is Verdict.DELIVERED)
+        st.delivered += delivered
+        for o in outcomes:
+            if o.verdict is Verdict.REJECTED:
+                st.rejected += 1
+                log.error("dead letter upstream=%s reason=%r", self.upstream.name, o.reason)
+        if not retries:
+            if self._outage or st.failures:
+                backlog_end = await self.outbox.last_pending_id(self.upstream.name)
+                self._replay_until = max(self._replay_until, backlog_end)
+                log.warning(
+                    "upstream back upstream=%s after_failures=%d backlog_until=%d",
+                    self.upstream.name,
+                    st.failures,
+                    self._replay_until,
+                )
+            self._outage, st.failures, st.up = False, 0, True
+            return None
+        st.retried += len(retries)
+        st.failures += 1
+        st.last_error = retries[0].reason
+        if st.up is not False:
+            log.warning("upstream failing upstream=%s reason=%r", self.upstream.name, st.last_error)
+        else:
+            log.debug("upstream still failing upstream=%s reason=%r", self.upstream.name, st.last_error)
+        st.up, self._outage = False, True
+        b = self.upstream.backoff
+        after = max((o.retry_after_s for o in retries if o.retry_after_s is not None), default=None)
+        return retry_delay_s(
+            st.failures, initial_s=b.initial_s, max_s=b.max_s, jitter=self.jitter(), retry_after_s=after
+        )
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        self._wake.clear()
+        waits = [asyncio.create_task(stop.wait()), asyncio.create_task(self._wake.wait())]
+        try:
+            await asyncio.wait(waits, timeout=self.idle_poll_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _wait(stop: asyncio.Event, delay: float) -> None:
+    """Sleep `delay` seconds, or less when stop is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), delay)

@@ -1,0 +1,126 @@
+"""What a source is, and the one loop that drives every source connection.
+
+A *source* is one connection to one controller (a device with a Modbus and an OPC UA
+connection has two sources, each with its own task and its own tracker: each read is an
+arrival of its own, and the store makes one canonical event of the two).
+
+Contract of :class:`Source` (call order: ``connect``, then ``poll``/``wait`` alternately, then
+``close``; never concurrently, always from the one task that owns it):
+
+* ``connect()`` opens the link and resolves whatever the link needs (OPC UA namespace index,
+  subscriptions). It raises :class:`~agent.errors.SourceUnavailable` when the controller
+  cannot be reached; it never retries by itself.
+* ``poll()`` reads the device once, consistently, and returns what is new
+  (:class:`~agent.transitions.Observations`). A failure of the link raises
+  ``SourceUnavailable`` (the loop closes, backs off and reconnects); a failure of one field
+  (a Modbus exception response, an OPC UA Bad status) is not a link failure: the other
+  channels are still observed and the field's error is evidence and a log line.
+* ``wait(stop)`` returns when the next poll is due (the poll interval, an OPC UA data-change
+  notification or the reconcile timer) or when ``stop`` is set; it raises
+  ``SourceUnavailable`` when the source learnt that the link is lost.
+* ``close()`` never raises and returns promptly, also when the peer is gone.
+
+:class:`ObservationSink` is what sources hand observations to (the recorder). Sources never
+touch the store: ``submit`` returning means the observation is queued, not committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from typing import Protocol
+
+from agent.errors import SourceUnavailable
+from agent.retry import backoff_s
+from agent.transitions import Observations
+
+log = logging.getLogger(__name__)
+
+
+class ObservationSink(Protocol):
+    async def submit(self, obs: Observations) -> None:
+        """Queue ``obs`` for the store. May wait when the store is behind (backpressure)."""
+
+
+class Source(Protocol):
+    device: str
+    receiver: str
+
+    async def connect(self) -> None: ...
+
+    async def poll(self) -> Observations: ...
+
+    async def wait(self, stop: asyncio.Event) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class StateLog:
+    """Logs a state change once; repeats of the same state go to DEBUG (not once per poll)."""
+
+    def __init__(self, logger: logging.Logger, label: str) -> None:
+        self.logger, self.label = logger, label
+        self.states: dict[str, str | None] = {}
+
+    def set(self, what: str, state: str | None, level: int = logging.WARNING) -> bool:
+        """``state`` None means "fine". Returns True when this was a change (and was logged)."""
+        before = self.states.get(what)
+        self.states[what] = state
+        if before == state:
+            if state is not None:
+                self.logger.debug("%s %s still: %s", self.label, what, state)
+            return False
+        if state is None:
+            if before is not None:
+                self.logger.info("%s %s recovered", self.label, what)
+        else:
+            self.logger.log(level, "%s %s: %s", self.label, what, state)
+        return True
+
+
+async def run_source(
+    source: Source,
+    sink: ObservationSink,
+    stop: asyncio.Event,
+    *,
+    backoff_initial: float = 0.25,
+    backoff_max: float = 10.0,
+    jitter: Callable[[], float] = random.random,
+    on_poll: Callable[[], None] | None = None,
+) -> None:
+    """Connect, poll and hand observations on until ``stop``; reconnect with capped, jittered backoff.
+
+    Returns only when ``stop`` is set. The connection state is logged once per change.
+    """
+    label = f'Device "{source.device}" ({source.receiver})'
+    state = StateLog(log, label)
+    failures = 0
+    while not stop.is_set():
+        try:
+            await source.connect()
+            while not stop.is_set():
+                obs = await source.poll()
+                # Up only once a read answered: a half-open peer accepts connects and then never
+                # answers, and would otherwise flap between "recovered" and "unavailable".
+                state.set("link", None)
+                failures = 0
+                if on_poll is not None:
+                    on_poll()
+                for note in obs.notes:
+                    log.info("%s: %s", label, note)
+                if obs:
+                    await sink.submit(obs)
+                await source.wait(stop)
+        except SourceUnavailable as exc:
+            failures += 1
+            state.set("link", f"unavailable: {exc}")
+        finally:
+            await source.close()
+        if stop.is_set():
+            break
+        delay = backoff_s(max(failures, 1), initial_s=backoff_initial, max_s=backoff_max, jitter=jitter())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)

@@ -1,0 +1,55 @@
+"""Wiring of the pollers: one source and one task per configured connection.
+
+What a service calls::
+
+    recorder = Recorder(store)                        # agent.recorder: the one writer task
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(recorder.run(stop_recorder), name="recorder")
+        tg.create_task(run_pollers(config.devices, recorder, stop), name="pollers")
+
+Every connection runs in its own task (``poller[PUMP-07 modbus:10.10.0.7:502]``), so a dead
+or slow controller only ever delays itself. ``run_pollers`` returns when ``stop`` is set and
+every source has closed; then stop the recorder, which commits what is queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import assert_never
+
+from agent.sources.base import ObservationSink, Source, run_source
+from agent.sources.modbus import ModbusSource
+from agent.sources.opcua import OpcUaSource
+from agent.sources.settings import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
+
+
+def build_source(device: Device, conn: Connection) -> Source:
+    match conn:
+        case ModbusTcp() | ModbusRtu():
+            return ModbusSource(device, conn)
+        case OpcUa():
+            return OpcUaSource(device, conn)
+        case _:
+            assert_never(conn)
+
+
+async def run_device(device: Device, sink: ObservationSink, stop: asyncio.Event) -> None:
+    """Poll every connection of one device until ``stop``; one task per connection."""
+    async with asyncio.TaskGroup() as tg:
+        for conn in device.connections:
+            source = build_source(device, conn)
+            tg.create_task(
+                run_source(
+                    source, sink, stop, backoff_initial=device.backoff_initial, backoff_max=device.backoff_max
+                ),
+                name=f"poller[{device.name} {conn.receiver}]",
+            )
+
+
+async def run_pollers(devices: Sequence[Device], sink: ObservationSink, stop: asyncio.Event) -> None:
+    """Poll every device until ``stop``."""
+    async with asyncio.TaskGroup() as tg:
+        for device in devices:
+            tg.create_task(run_device(device, sink, stop), name=f"device[{device.name}]")

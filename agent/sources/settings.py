@@ -1,0 +1,159 @@
+"""Typed settings of one controller (one entry of the config's `devices:` list).
+
+Plain frozen dataclasses, built by the YAML loader (`agent.config`, which checks them and
+reports every problem with file and line) and by tests. The sources read only these, so they
+never depend on the loader, the sinks' settings or YAML. The YAML shape is in
+`docs/pollers.md` and `config.example.yaml`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agent.sources.modbus_decode import WORDS
+
+WordOrder = Literal["big", "little"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """Where one value lives: a Modbus register (``register``/``offset``, ``type``, ``table``)
+    and/or an OPC UA node (``node``). ``values`` names state values; ``unit``/``clock`` say how a
+    number is a time (ms or s since the Unix epoch, in UTC or in the PLC's local zone)."""
+
+    register: int | None = None
+    type: str = "uint16"
+    table: str = "holding"
+    node: str | None = None
+    values: Mapping[int, str] = field(default_factory=dict)
+    unit: str = "ms"
+    clock: str = "UTC"
+    offset: int | None = None
+    value: int | None = None
+    word_order: WordOrder | None = None
+    line: int = 0
+
+    @property
+    def words(self) -> int:
+        return WORDS[self.type]
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One event channel. ``source_timestamp`` None with ``time_from_state`` True means the OPC UA
+    state node's ``DataValue.SourceTimestamp`` (``source_timestamp: source``)."""
+
+    name: str
+    transition_id: Field
+    state: Field
+    source_timestamp: Field | None = None
+    time_from_state: bool = False
+    latched: Mapping[str, Field] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """The controller's offline buffer: head (entries ever written), capacity, and slots.
+
+    Modbus: slot k starts at ``slots_register + k * slot_size``; each field has an ``offset``.
+    OPC UA: each field is an array node indexed by slot. ``read`` is the one Modbus request
+    (register, count) that returns header and slots together."""
+
+    head: Field
+    capacity: Field
+    fields: Mapping[str, Field]
+    slot_count: int
+    slots_register: int | None = None
+    slot_size: int | None = None
+    read: tuple[int, int] | None = None
+
+    @property
+    def channel_names(self) -> Mapping[int, str]:
+        ch = self.fields.get("channel")
+        return ch.values if ch is not None else {}
+
+
+@dataclass(frozen=True)
+class Events:
+    """OPC UA events of the controller object (``node``) of one event ``type``."""
+
+    node: str
+    type: str
+
+
+@dataclass(frozen=True)
+class ModbusTcp:
+    host: str
+    port: int = 502
+    unit: int = 1
+    timeout: float = 1.0
+
+    @property
+    def receiver(self) -> str:
+        return f"modbus:{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ModbusRtu:
+    serial: str
+    baudrate: int = 19200
+    parity: str = "N"
+    stopbits: int = 1
+    bytesize: int = 8
+    unit: int = 1
+    timeout: float = 1.0
+
+    @property
+    def receiver(self) -> str:
+        return f"modbus-rtu:{self.serial}:{self.unit}"
+
+
+@dataclass(frozen=True)
+class OpcUaSecurity:
+    policy: str = "Basic256Sha256"
+    mode: str = "SignAndEncrypt"
+    certificate: str | None = None
+    private_key: str | None = None
+    server_certificate: str | None = None
+    application_uri: str = "urn:edge-agent:agent"
+
+
+@dataclass(frozen=True)
+class OpcUa:
+    """``subscribe``: data-change (and, with ``events`` mapped, event) subscription plus a
+    reconciling read on every (re)connect and every ``reconcile``; otherwise plain reads."""
+
+    endpoint: str
+    security: OpcUaSecurity | None = None
+    username: str | None = None
+    password_file: str | None = None
+    subscribe: bool = False
+    publishing: float = 0.1
+    reconcile: float = 5.0
+    timeout: float = 2.0
+
+    @property
+    def receiver(self) -> str:
+        return f"opcua:{self.endpoint}"
+
+
+Connection = ModbusTcp | ModbusRtu | OpcUa
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    connections: tuple[Connection, ...]
+    channels: tuple[Channel, ...]
+    poll: float = 0.25
+    boot_id: Field | None = None
+    ring: Ring | None = None
+    events: Events | None = None
+    namespace: str | None = None
+    word_order: WordOrder = "big"
+    backoff_initial: float = 0.25
+    backoff_max: float = 10.0
+    file: str = ""
+    line: int = 0

@@ -1,0 +1,229 @@
+"""CloudEvents mapping table (contract section 4): ids, sources, types, extensions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from agent.sinks.encode import EncodeError, Event, batch_body, encode, render_topic
+from agent.sinks.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+
+SITE = "plant-1"
+GW = "gw-line3"
+
+
+def tr(
+    source: str = "PUMP-07/Trip",
+    tid: str = "T91",
+    boot: str = "B17",
+    ts: str | None = "2026-04-22T08:00:12.120Z",
+    payload: str = '{"severity":"High"}',
+) -> Transition:
+    return Transition(1, source, tid, boot, ts, payload, "2026-04-22T08:00:12.180Z")
+
+
+def entry(rec: Record | None, attempt: int = 1, kind: str = "transition") -> Entry:
+    return Entry(
+        outbox_id=5, kind=kind, ref_id=1, attempt=attempt, created_at="2026-04-22T08:00:13.000Z", record=rec
+    )
+
+
+def ce(rec: Record, *, attempt: int = 1, replayed: bool = False, kind: str = "transition") -> dict[str, Any]:
+    ev = encode(entry(rec, attempt, kind), site=SITE, gateway=GW, replayed=replayed)
+    doc = json.loads(ev.body)
+    assert (doc["source"], doc["id"], doc["type"]) == (ev.ce_source, ev.ce_id, ev.ce_type)
+    return doc  # type: ignore[no-any-return]
+
+
+def test_a_transition_is_the_exact_structured_event_of_the_contract() -> None:
+    assert ce(tr(), attempt=2, replayed=True) == {
+        "specversion": "1.0",
+        "id": "B17:T91",
+        "source": "plant-1/PUMP-07/Trip",
+        "type": "io.edgeagent.transition",
+        "time": "2026-04-22T08:00:12.120Z",
+        "datacontenttype": "application/json",
+        "bootid": "B17",
+        "transitionid": "T91",
+        "arrivalat": "2026-04-22T08:00:12.180Z",
+        "gateway": "gw-line3",
+        "attempt": 2,
+        "replayed": True,
+        "data": {"severity": "High"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("rec", "source", "ident"),
+    [
+        pytest.param(
+            tr(tid="T:1", boot="B:2"),
+            "plant-1/PUMP-07/Trip",
+            "B%3A2:T%3A1",
+            id="a colon inside a part is encoded so the id is unambiguous",
+        ),
+        pytest.param(
+            tr(source="PUMP 07/Över Temp"),
+            "plant-1/PUMP%2007/%C3%96ver%20Temp",
+            "B17:T91",
+            id="device and channel are percent-encoded as UTF-8 bytes",
+        ),
+        pytest.param(
+            tr(source="PUMP/07/Trip"),
+            "plant-1/PUMP/07%2FTrip",
+            "B17:T91",
+            id="a slash in the channel is encoded so PUMP/07 + Trip never meets PUMP + 07/Trip",
+        ),
+        pytest.param(tr(source="PUMP-07"), "plant-1/PUMP-07", "B17:T91", id="a source without channel"),
+        pytest.param(
+            tr(tid="a~b.c_d-e"),
+            "plant-1/PUMP-07/Trip",
+            "B17:a~b.c_d-e",
+            id="the unreserved characters stay as they are",
+        ),
+    ],
+)
+def test_transition_source_and_id(rec: Transition, source: str, ident: str) -> None:
+    doc = ce(rec)
+    assert (doc["source"], doc["id"]) == (source, ident)
+
+
+def test_identity_does_not_depend_on_attempt_replay_or_arrival() -> None:
+    a = encode(entry(tr(), 1), site=SITE, gateway=GW, replayed=False)
+    b = encode(
+        entry(Transition(9, "PUMP-07/Trip", "T91", "B17", None, "{}", "2030-01-01T00:00:00.000Z"), 7),
+        site=SITE,
+        gateway="other-gw",
+        replayed=True,
+    )
+    assert (a.ce_source, a.ce_id, a.idempotency_key) == (b.ce_source, b.ce_id, b.idempotency_key)
+
+
+def test_idempotency_key_is_sha256_of_source_newline_id() -> None:
+    ev = encode(entry(tr()), site=SITE, gateway=GW, replayed=False)
+    assert ev.idempotency_key == hashlib.sha256(b"plant-1/PUMP-07/Trip\nB17:T91").hexdigest()
+
+
+def test_time_is_left_out_when_the_source_gave_none() -> None:
+    assert "time" not in ce(tr(ts=None))
+
+
+@pytest.mark.parametrize(
+    ("rec", "kind", "typ", "source", "ident"),
+    [
+        pytest.param(
+            BootObserved(3, "PUMP-07", "B:18", "B17", "2026-04-22T09:00:00.000Z", None, True, '{"k":1}'),
+            "boot_observed",
+            "io.edgeagent.boot_observed",
+            "plant-1/PUMP-07",
+            "B%3A18",
+            id="a boot observed is its device's event with the boot id as id",
+        ),
+        pytest.param(
+            ChannelAnomaly(4, "PUMP-07/Trip", "B17", "gap", "92", "93", "2026-04-22T09:00:00.000Z", "{}"),
+            "gap",
+            "io.edgeagent.gap",
+            "plant-1/PUMP-07/Trip",
+            "gap:B17:92:93",
+            id="a gap is the channel's event with the missing range in its id",
+        ),
+        pytest.param(
+            ChannelAnomaly(5, "PUMP-07/Trip", "B17", "wrap", "65535", "1", "2026-04-22T09:00:00.000Z", "{}"),
+            "anomaly",
+            "io.edgeagent.anomaly",
+            "plant-1/PUMP-07/Trip",
+            "wrap:B17:65535:1",
+            id="a wrap is an anomaly with old and new value in its id",
+        ),
+        pytest.param(
+            ChannelAnomaly(6, "PUMP-07/Trip", "B17", "overrun", "10", "20", "2026-04-22T09:00:00.000Z", "{}"),
+            "anomaly",
+            "io.edgeagent.anomaly",
+            "plant-1/PUMP-07/Trip",
+            "overrun:B17:10:20",
+            id="a ring overrun is an anomaly with the lost range in its id",
+        ),
+        pytest.param(
+            IdentityIncomplete(77, "PUMP-07/Trip", "T5", None, None, "2026-04-22T09:00:00.000Z", "r", "{}"),
+            "identity_incomplete",
+            "io.edgeagent.identity_incomplete",
+            "plant-1/gw-line3",
+            "77",
+            id="an identity incomplete arrival is the gateway's event with the arrival id",
+        ),
+    ],
+)
+def test_other_records_have_their_own_types(
+    rec: Record, kind: str, typ: str, source: str, ident: str
+) -> None:
+    doc = ce(rec, kind=kind)
+    assert (doc["type"], doc["source"], doc["id"]) == (typ, source, ident)
+    assert doc["type"] != "io.edgeagent.transition"
+    assert doc["gateway"] == GW and doc["attempt"] == 1 and doc["replayed"] is False
+
+
+def test_boot_observed_carries_its_evidence_and_predecessor() -> None:
+    doc = ce(
+        BootObserved(3, "PUMP-07", "B18", "B17", "t1", "t0", False, '{"register":100}'), kind="boot_observed"
+    )
+    assert doc["data"] == {
+        "device": "PUMP-07",
+        "bootId": "B18",
+        "previousBootId": "B17",
+        "firstArrival": "t1",
+        "sourceTimestamp": "t0",
+        "live": False,
+        "evidence": {"register": 100},
+    }
+    assert doc["bootid"] == "B18"
+
+
+def test_a_missing_record_cannot_be_encoded() -> None:
+    with pytest.raises(EncodeError, match="gone"):
+        encode(entry(None), site=SITE, gateway=GW, replayed=False)
+
+
+def test_a_site_outside_the_contract_alphabet_cannot_be_encoded() -> None:
+    with pytest.raises(EncodeError):
+        encode(entry(tr()), site="plant 1", gateway=GW, replayed=False)
+
+
+def _ev(source: str, kind: str = "transition") -> Event:
+    rec = tr(source=source)
+    return encode(entry(rec, kind=kind), site=SITE, gateway=GW, replayed=False)
+
+
+@pytest.mark.parametrize(
+    ("template", "source", "topic"),
+    [
+        pytest.param(
+            "{site}/events/{device}/{channel}",
+            "PUMP-07/Trip",
+            "plant-1/events/PUMP-07/Trip",
+            id="the default template",
+        ),
+        pytest.param(
+            "{site}/{type}/{device}",
+            "PUMP-07/Trip",
+            "plant-1/transition/PUMP-07",
+            id="type is the record kind",
+        ),
+        pytest.param(
+            "x/{device}/{channel}",
+            "PUMP-07/a+b#c/d",
+            "x/PUMP-07/a%2Bb%23c%2Fd",
+            id="MQTT wildcards and slashes in a channel never reach the topic",
+        ),
+        pytest.param("x/{device}/{channel}", "PUMP-07", "x/PUMP-07/-", id="no channel renders as a dash"),
+    ],
+)
+def test_topic_rendering(template: str, source: str, topic: str) -> None:
+    assert render_topic(template, SITE, _ev(source)) == topic
+
+
+def test_a_batch_body_is_a_json_array_of_the_same_events() -> None:
+    evs = [_ev("A/x"), _ev("B/y")]
+    assert json.loads(batch_body(evs)) == [json.loads(e.body) for e in evs]
