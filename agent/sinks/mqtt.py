@@ -115,8 +115,8 @@ class MqttSink:
                 return await self._publish_one(client, topic, body)
 
         tasks = [asyncio.create_task(one(t, b)) for t, _, b in messages]
-        everything = asyncio.gather(*tasks, return_exceptions=True)
-        watcher = asyncio.ensure_future(asyncio.shield(lost))
+        everything: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
+        watcher: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(lost))
         try:
             # One wait over two futures (not over every task) keeps this O(n) per batch.
             await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)

@@ -1,7 +1,7 @@
 """Fixtures for the poller integration tests: real simulators on 127.0.0.1, real SQLite files.
 
 The suite runs with ``--import-mode=importlib``, so helpers are fixtures. ``agent_for`` runs
-the real pollers and the real recorder against a store in ``tmp_path``; ``store_view`` reads
+the real pollers and the real recorder against a store in ``tmp_path`` and yields a ``View``, which reads
 the store the way ``edge-agent report --json`` does; ``devices_of`` turns a plant into the
 agent's device config through the real loader (the snippet the simulators emit).
 """

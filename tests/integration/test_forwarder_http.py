@@ -68,6 +68,7 @@ class Running:
 
     async def __aenter__(self) -> Forwarder:
         self.task = asyncio.create_task(self.fwd.run(self.stop, drain_s=1.0), name="forwarder[test]")
+        await asyncio.wait_for(self.fwd.started.wait(), 10)
         return self.fwd
 
     async def __aexit__(self, *exc: object) -> None:
