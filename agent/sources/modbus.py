@@ -281,10 +281,7 @@ class ModbusSource:
     async def _with_ring(self, snap: Snapshot) -> Snapshot:
         ring = self.dev.ring
         assert ring is not None
-        try:
-            got, failed = await self._read_all(self.ring_blocks)
-        except SourceUnavailable:
-            raise
+        got, failed = await self._read_all(self.ring_blocks)
         if failed:
             error = next(iter(failed.values()))
             self.errors.set("ring", error)

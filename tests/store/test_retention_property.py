@@ -22,7 +22,9 @@ from agent.store.store import Store
 pytestmark = pytest.mark.timeout(90)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SETTINGS = RetentionSettings(arrivals=timedelta(days=10), payloads=timedelta(days=20), keys=timedelta(days=40))
+SETTINGS = RetentionSettings(
+    arrivals=timedelta(days=10), payloads=timedelta(days=20), keys=timedelta(days=40)
+)
 
 delivery = st.tuples(
     st.integers(0, 15),  # transitionId: repeats make duplicates

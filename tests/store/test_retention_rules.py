@@ -35,13 +35,21 @@ def test_durations_are_read_with_their_unit(text: str, expected: timedelta) -> N
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        pytest.param({"keys": "30"}, "store.retention.keys: '30' is not a duration", id="a number without unit"),
+        pytest.param(
+            {"keys": "30"}, "store.retention.keys: '30' is not a duration", id="a number without unit"
+        ),
         pytest.param({"keys": 30}, "store.retention.keys: 30 is not a duration", id="a bare integer"),
         pytest.param({"payload": "90d"}, "store.retention.payload: unknown setting", id="a misspelt key"),
         pytest.param({"arrivals": "0d"}, "store.retention.arrivals: must be longer than zero", id="zero"),
-        pytest.param({"arrivals": "100d"}, "store.retention.arrivals: 100d is longer than payloads", id="order"),
-        pytest.param({"keys": "60d"}, "store.retention.keys: 60d must be longer than payloads", id="short keys"),
-        pytest.param({"batch_rows": 1.5}, "store.retention.batch_rows: 1.5 is not an integer", id="batch float"),
+        pytest.param(
+            {"arrivals": "100d"}, "store.retention.arrivals: 100d is longer than payloads", id="order"
+        ),
+        pytest.param(
+            {"keys": "60d"}, "store.retention.keys: 60d must be longer than payloads", id="short keys"
+        ),
+        pytest.param(
+            {"batch_rows": 1.5}, "store.retention.batch_rows: 1.5 is not an integer", id="batch float"
+        ),
         pytest.param({"high_water": 2}, "store.retention.high_water: 2 must be between", id="high water > 1"),
         pytest.param(["30d"], "store.retention: must be a mapping", id="not a mapping"),
     ],
@@ -60,7 +68,9 @@ def test_defaults_are_safe_and_keys_outlive_payloads() -> None:
     assert (got.arrivals, got.payloads, got.batch_rows) == (timedelta(days=7), timedelta(days=14), 500)
 
 
-def ev(status: str = "Canonical", last: str = OLD, states: tuple[str, ...] = ("delivered",), left: int = 0) -> Any:
+def ev(
+    status: str = "Canonical", last: str = OLD, states: tuple[str, ...] = ("delivered",), left: int = 0
+) -> Any:
     return r.EventFacts(status, last, states, left)
 
 
@@ -68,10 +78,14 @@ def ev(status: str = "Canonical", last: str = OLD, states: tuple[str, ...] = ("d
     ("facts", "goes", "reason"),
     [
         pytest.param(ev(), True, r.GOES, id="an old event delivered everywhere goes"),
-        pytest.param(ev(states=("delivered", "pending")), False, r.UNSENT, id="one upstream still pending keeps it"),
+        pytest.param(
+            ev(states=("delivered", "pending")), False, r.UNSENT, id="one upstream still pending keeps it"
+        ),
         pytest.param(ev(states=("rejected", "delivered")), False, r.DEAD_LETTER, id="a dead letter keeps it"),
         pytest.param(ev(states=()), False, r.UNROUTED, id="never routed keeps it for a backfill"),
-        pytest.param(ev(status="DuplicateConflict"), False, r.CONFLICT, id="a conflict awaiting review stays"),
+        pytest.param(
+            ev(status="DuplicateConflict"), False, r.CONFLICT, id="a conflict awaiting review stays"
+        ),
         pytest.param(ev(last=YOUNG), False, r.YOUNG, id="a recent re-delivery keeps it"),
         pytest.param(ev(left=1), False, r.ARRIVALS_LEFT, id="its arrivals go first"),
     ],
@@ -84,12 +98,16 @@ def test_payload_verdicts(facts: Any, goes: bool, reason: str) -> None:
     ("facts", "goes", "reason"),
     [
         pytest.param(r.ArrivalFacts("inserted", OLD, event=ev()), True, r.GOES, id="old and delivered goes"),
-        pytest.param(r.ArrivalFacts("duplicate", OLD, event=None), True, r.GOES, id="payload already pruned goes"),
+        pytest.param(
+            r.ArrivalFacts("duplicate", OLD, event=None), True, r.GOES, id="payload already pruned goes"
+        ),
         pytest.param(r.ArrivalFacts("inserted", YOUNG, event=ev()), False, r.YOUNG, id="young stays"),
         pytest.param(
             r.ArrivalFacts("inserted", OLD, event=ev(states=("pending",))), False, r.UNSENT, id="unsent stays"
         ),
-        pytest.param(r.ArrivalFacts("identity_incomplete", OLD, pending=True), False, r.PENDING, id="pending"),
+        pytest.param(
+            r.ArrivalFacts("identity_incomplete", OLD, pending=True), False, r.PENDING, id="pending"
+        ),
         pytest.param(r.ArrivalFacts("rejected", OLD), False, r.REJECTED_INPUT, id="a rejected line stays"),
         pytest.param(r.ArrivalFacts("conflict", OLD, event=None), False, r.CONFLICT, id="a conflict stays"),
         pytest.param(
@@ -128,7 +146,9 @@ def facts(**kw: Any) -> SizeFacts:
         pytest.param(facts(max_bytes=200_000_000), 200.0, None, id="the quota is the budget"),
         pytest.param(facts(max_bytes=110_000_000), 110.0, "high-water", id="above the high-water mark warns"),
         pytest.param(facts(fs_free_bytes=50_000_000, rows=10_000_000), 1_500.0, None, id="a fuller disk"),
-        pytest.param(facts(arrivals_in_window=7_000_000), 10.0, "less than the 90", id="too fast for horizon"),
+        pytest.param(
+            facts(arrivals_in_window=7_000_000), 10.0, "less than the 90", id="too fast for horizon"
+        ),
         pytest.param(facts(arrivals_in_window=0), None, None, id="no recent arrivals: no rate"),
     ],
 )
