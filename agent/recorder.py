@@ -6,11 +6,10 @@ comes from batching, not from weaker durability, and at most one transaction is 
 While a commit runs, new observations queue up and form the next batch by themselves: there
 is no timer to tune, and a single observation is committed at once when nothing else waits.
 
-Boot ids read from a controller (``BootSeen``) are recorded in a transaction of their own,
-just before the batch that carries them: the store takes the first sighting of a new boot as
-its BootObserved record, and the one read from the boot register or node carries the real
-evidence (register, previous value, OPC UA StartTime), whereas a delivery only says "first
-seen in a live delivery". A crash between the two commits loses nothing: the poller reads again.
+Boot ids read from a controller (``BootSeen``) go into the same transaction as the batch;
+the store takes them before the boots that deliveries carry, so a BootObserved record keeps
+the real evidence (register or node, previous value, OPC UA StartTime) rather than "first
+seen in a live delivery".
 
 Shutdown: set ``stop`` after the pollers have stopped; ``run`` commits what is queued and
 returns. A StoreError ends ``run`` (the service decides; observations not committed are
@@ -100,7 +99,7 @@ class Recorder:
             stopping.cancel()
 
     async def commit(self, batch: Sequence[Observations]) -> list[Outcome]:
-        """Record one batch (boots first, in their own transaction). Returns the outcomes."""
+        """Record one batch in one transaction. Returns the outcomes."""
         deliveries: list[Delivery] = [d for obs in batch for d in obs.deliveries]
         anomalies = [a for obs in batch for a in obs.anomalies]
         sightings = [
@@ -108,11 +107,11 @@ class Recorder:
             for obs in batch
             for b in obs.boots
         ]
-        if sightings:
-            await self.store.record((), boot_sightings=sightings, now=sightings[-1].seen_at)
         outcomes: list[Outcome] = []
-        if deliveries or anomalies:
-            outcomes = await self.store.record(deliveries, anomalies=anomalies, now=self.clock())
+        if deliveries or anomalies or sightings:
+            outcomes = await self.store.record(
+                deliveries, boot_sightings=sightings, anomalies=anomalies, now=self.clock()
+            )
         self.stats.batches += 1
         self.stats.deliveries += len(deliveries)
         self.stats.boots += len(sightings)

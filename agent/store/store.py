@@ -329,7 +329,9 @@ class Store:
             )
         if pruned or forgotten:
             await self._record_retention_side(outcomes, updates, pruned)
-        boot_rows = await self._record_boots([*decide.sightings_of(items), *sightings], arrival_ids)
+        # Sightings read straight from a controller come first: they carry the real evidence
+        # (register or node, previous value, OPC UA StartTime) for a boot the batch also shows.
+        boot_rows = await self._record_boots([*sightings, *decide.sightings_of(items)], arrival_ids)
         pending = [
             aid
             for aid, oc in zip(arrival_ids, outcomes, strict=True)
