@@ -7,55 +7,23 @@ The only module that prints for people. Exit codes: 0 ok, 1 usage/unexpected,
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from agent import __version__, render
-from agent.errors import ConfigError, StoreError
-from agent.settings import DEFAULT_CONFIG, parse_size, store_settings
+from agent.cli_common import EX_CONFIG, EX_IOERR, Context, run_async  # noqa: F401
+from agent.errors import ConfigError
+from agent.settings import DEFAULT_CONFIG, parse_size
 from agent.sources.importer import import_file
 from agent.store import report
 from agent.store.store import Store
-
-EX_IOERR = 74
-EX_CONFIG = 78
-
-T = TypeVar("T")
-
-
-class Context:
-    def __init__(self, db: str | None, config: str, max_db_size: str | None, synchronous: str | None) -> None:
-        self.db = db
-        self.config = config
-        self.max_db_size = max_db_size
-        self.synchronous = synchronous
-
-    async def open_store(self) -> Store:
-        path, sync, max_bytes = store_settings(
-            db=self.db, config_path=self.config, synchronous=self.synchronous, max_size=self.max_db_size
-        )
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return await Store.open(path, synchronous=sync, max_bytes=max_bytes)
-
-
-def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run one command's coroutine and map our errors to exit codes with a clear message."""
-    try:
-        return asyncio.run(fn())  # type: ignore[arg-type]
-    except ConfigError as exc:
-        click.echo(f"edge-agent: configuration error: {exc}", err=True)
-        sys.exit(EX_CONFIG)
-    except StoreError as exc:
-        click.echo(f"edge-agent: {exc}", err=True)
-        sys.exit(EX_IOERR)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -404,10 +372,6 @@ def main() -> None:
     cli(prog_name="edge-agent")
 
 
-if __name__ == "__main__":
-    main()
-
-
 from agent.cli_prune import prune_cmd  # noqa: E402  (retention, issue 8)
 
 cli.add_command(prune_cmd)
@@ -420,3 +384,12 @@ cli.add_command(replay_cmd)
 from agent.cli_check import check  # noqa: E402  (configuration check and device probe, issue 4)
 
 cli.add_command(check)
+
+from agent.cli_service import run_cmd, status_cmd  # noqa: E402  (the service, issue 6)
+
+cli.add_command(run_cmd)
+cli.add_command(status_cmd)
+
+
+if __name__ == "__main__":
+    main()

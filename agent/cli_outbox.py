@@ -29,7 +29,7 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _run(fn: Callable[[], Awaitable[T]]) -> T:
-    from agent.cli import run_async  # late: agent.cli registers these commands at its bottom
+    from agent.cli_common import run_async
 
     return run_async(fn)
 

@@ -17,7 +17,7 @@ from typing import Any
 import click
 import yaml
 
-from agent.cli import Context, run_async
+from agent.cli_common import Context, run_async
 from agent.contract import ContractError, format_timestamp, parse_timestamp
 from agent.errors import ConfigError
 from agent.settings import store_settings

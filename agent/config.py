@@ -37,6 +37,9 @@ from agent.settings import parse_size
 from agent.sinks.settings import Backoff, HttpUpstream, MqttUpstream, Upstream
 from agent.sources.modbus_decode import WORDS
 from agent.sources.settings import (
+    DEPRECATED_POLICIES,
+    MAX_MESSAGE_SIZE,
+    SECURE_POLICIES,
     Channel,
     Connection,
     Device,
@@ -607,29 +610,27 @@ def _existing_file(v: Any) -> str:
     return text
 
 
+def _existing_dir(v: Any) -> str:
+    text = _text(v)
+    if not Path(text).is_dir():
+        raise ValueError(f"directory {text} does not exist")
+    return text
+
+
 def _opcua(s: _Section) -> OpcUa:
-    file_ = _existing_file if s.ctx.check_files else _text
     endpoint = s.get("endpoint", _text, "", required=True)
     if endpoint and not endpoint.startswith("opc.tcp://"):
         s.problem("endpoint", f"{endpoint!r} must start with opc.tcp://")
-    security = None
-    if s.has("security"):
-        sec = s.sub("security")
-        security = OpcUaSecurity(
-            policy=sec.get("policy", _one_of("Basic256Sha256"), "Basic256Sha256"),
-            mode=sec.get("mode", _one_of("Sign", "SignAndEncrypt"), "SignAndEncrypt"),
-            certificate=sec.get("certificate", file_, None),
-            private_key=sec.get("private_key", file_, None),
-            server_certificate=sec.get("server_certificate", file_, None),
-            application_uri=sec.get("application_uri", _text, "urn:edge-agent:agent"),
-        )
-        if (security.certificate is None) != (security.private_key is None):
-            sec.ctx.problem(sec.line, sec.path, "certificate and private_key go together")
-        sec.finish()
+    security = _opcua_security(s)
+    file_ = _existing_file if s.ctx.check_files else _text
     username = s.get("username", _text, None)
     password_file = s.get("password_file", file_, None)
     if password_file and not username:
         s.problem("password_file", "needs a username")
+    if password_file and security.insecure:
+        s.problem(
+            "password_file", "a password over security policy None would travel in clear; secure the link"
+        )
     return OpcUa(
         endpoint=endpoint,
         security=security,
@@ -639,7 +640,75 @@ def _opcua(s: _Section) -> OpcUa:
         publishing=s.get("publishing", _positive_duration, 0.1),
         reconcile=s.get("reconcile", _positive_duration, 5.0),
         timeout=s.get("timeout", _positive_duration, 2.0),
+        max_message_size=s.get("max_message_size", _message_size, MAX_MESSAGE_SIZE),
     )
+
+
+def _message_size(v: Any) -> int:
+    size = parse_size(v)
+    if not 64 * 1024 <= size <= 256 * 1024 * 1024:
+        raise ValueError(f"{v!r} must be between 64KiB and 256MiB")
+    return size
+
+
+def _policy(v: Any) -> str:
+    text = "None" if v is None else str(v)
+    if text in DEPRECATED_POLICIES:
+        raise ValueError(
+            f"{text} is deprecated by the OPC Foundation (SHA-1, weak keys) and refused; "
+            f"use {', '.join(SECURE_POLICIES)}"
+        )
+    if text not in (*SECURE_POLICIES, "None"):
+        raise ValueError(
+            f"must be one of {', '.join(SECURE_POLICIES)} or None (explicitly insecure), not {v!r}"
+        )
+    return text
+
+
+def _opcua_security(s: _Section) -> OpcUaSecurity:
+    """Secure by default: no ``security:`` means SignAndEncrypt/Basic256Sha256, which needs our
+    certificate and a trusted server certificate. ``policy: None`` must be written out."""
+    sec = s.sub("security")
+    where = sec.path
+    policy = "Basic256Sha256"
+    if sec.has("policy"):
+        raw = sec.raw("policy")
+        policy = sec.get("policy", _policy, "Basic256Sha256") if raw is not None else "None"
+    if policy == "None":
+        if sec.has("mode") and sec.raw("mode") not in (None, "None"):
+            sec.problem("mode", "must be left out with policy None (there is nothing to sign)")
+        sec.finish(extra=("mode",))
+        return OpcUaSecurity(policy="None", mode="None")
+    file_ = _existing_file if s.ctx.check_files else _text
+    dir_ = _existing_dir if s.ctx.check_files else _text
+    out = OpcUaSecurity(
+        policy=policy,
+        mode=sec.get("mode", _one_of("Sign", "SignAndEncrypt"), "SignAndEncrypt"),
+        certificate=sec.get("certificate", file_, None),
+        private_key=sec.get("private_key", file_, None),
+        server_certificate=sec.get("server_certificate", file_, None),
+        trusted=sec.get("trusted", dir_, None),
+        application_uri=sec.get("application_uri", _text, ""),
+    )
+    sec.finish()
+    hint = (
+        f"OPC UA is secure by default ({policy}, {out.mode}); "
+        "write security: {policy: None} to connect without security"
+    )
+    if out.certificate is None or out.private_key is None:
+        s.ctx.problem(
+            sec.line if s.has("security") else s.line,
+            f"{where}.certificate",
+            f"our certificate and private_key are needed (create them with `edge-agent certs`); {hint}",
+        )
+    if out.server_certificate is None and out.trusted is None:
+        s.ctx.problem(
+            sec.line if s.has("security") else s.line,
+            f"{where}.trusted",
+            "the server certificate must be trusted explicitly: give server_certificate (pin one) "
+            f"or trusted (a directory of trusted certificates); there is no trust on first use; {hint}",
+        )
+    return out
 
 
 class _FieldReader:

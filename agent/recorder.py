@@ -12,19 +12,22 @@ the real evidence (register or node, previous value, OPC UA StartTime) rather th
 seen in a live delivery".
 
 Shutdown: set ``stop`` after the pollers have stopped; ``run`` commits what is queued and
-returns. A StoreError ends ``run`` (the service decides; observations not committed are
-re-read from the controllers after a restart).
+returns. While the store cannot be written, the batch is held and retried (see
+``_commit_retrying``); the service keeps running and says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agent.contract import Delivery, format_timestamp
+from agent.errors import StoreError
 from agent.store.decide import BootSighting, Outcome
 from agent.store.store import Store
 from agent.transitions import Observations
@@ -44,6 +47,7 @@ class RecorderStats:
     deliveries: int = 0
     boots: int = 0
     anomalies: int = 0
+    store_errors: int = 0
 
 
 class Recorder:
@@ -57,17 +61,26 @@ class Recorder:
         queue_size: int = 10_000,
         on_commit: CommitHook | None = None,
         clock: Callable[[], str] = _now,
+        retry_s: float = 1.0,
     ) -> None:
         self.store = store
         self.max_batch = max_batch
         self.on_commit = on_commit
         self.clock = clock
         self.stats = RecorderStats()
+        self.retry_s = retry_s
+        self._commit_started: float | None = None
+        self.store_problem: str | None = None
         self._queue: asyncio.Queue[Observations] = asyncio.Queue(queue_size)
 
     async def submit(self, obs: Observations) -> None:
         """Queue one poll's observations; waits only when the store is far behind."""
         await self._queue.put(obs)
+
+    def healthy(self, max_commit_s: float) -> bool:
+        """False when one commit has been running for more than `max_commit_s` (a stuck store)."""
+        started = self._commit_started
+        return started is None or time.monotonic() - started < max_commit_s
 
     @property
     def backlog(self) -> int:
@@ -94,9 +107,37 @@ class Recorder:
                     obs = self._queue.get_nowait()
                     batch.append(obs)
                     size += len(obs.deliveries)
-                await self.commit(batch)
+                await self._commit_retrying(batch, stop)
         finally:
             stopping.cancel()
+
+    async def _commit_retrying(self, batch: Sequence[Observations], stop: asyncio.Event) -> None:
+        """Commit, and while the store cannot be written (disk or quota full, locked), keep the
+        batch in memory and retry every `retry_s` seconds: the queue fills, pollers wait on
+        `submit`, and the controllers' ring buffers are the backstop. Said loudly once per
+        change of problem; resumes by itself when space is freed. Gives up only at shutdown."""
+        while True:
+            self._commit_started = time.monotonic()
+            try:
+                await self.commit(batch)
+            except StoreError as exc:
+                self.stats.store_errors += 1
+                if self.store_problem != str(exc):
+                    n = sum(len(o.deliveries) for o in batch)
+                    log.error("store write failed; holding %d deliveries and retrying: %s", n, exc)
+                self.store_problem = str(exc)
+                if stop.is_set():
+                    log.error("shutting down with %d uncommitted observations (store: %s)", len(batch), exc)
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.retry_s)
+                continue
+            finally:
+                self._commit_started = None
+            if self.store_problem is not None:
+                log.warning("store writable again after %d failed attempts", self.stats.store_errors)
+                self.store_problem = None
+            return
 
     async def commit(self, batch: Sequence[Observations]) -> list[Outcome]:
         """Record one batch in one transaction. Returns the outcomes."""

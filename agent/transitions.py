@@ -29,6 +29,7 @@ A source reads a device (one consistent :class:`Snapshot`) and hands it to the
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -133,15 +134,19 @@ _EPOCH = datetime(1970, 1, 1)
 def time_text(value: int | float, unit: str = "ms", clock: str = "UTC") -> str | None:
     """A PLC time value (ms or s since the Unix epoch, in UTC or a local zone) as contract text.
 
-    0 means "never" on a PLC and gives None. A local clock is read as wall time in that zone
+    0 means "never" on a PLC and gives None, and so does a value that is no time (NaN, Inf, or
+    outside the years 1..9999, such as a 64-bit register of all ones). A local clock is read as wall time in that zone
     (as a PLC without time zone support stores it) and converted to UTC.
     """
-    if not value:
+    if not value or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        return None  # NaN/Inf (a float register of all ones) is no time; the caller flags it
+    try:
+        ms = int(value * 1000) if unit == "s" else int(value)
+        wall = _EPOCH + timedelta(milliseconds=ms)
+        aware = wall.replace(tzinfo=UTC) if clock == "UTC" else wall.replace(tzinfo=ZoneInfo(clock))
+        return format_timestamp(aware)
+    except (OverflowError, ValueError):  # beyond year 1..9999, e.g. a uint64 of all ones
         return None
-    ms = int(value * 1000) if unit == "s" else int(value)
-    wall = _EPOCH + timedelta(milliseconds=ms)
-    aware = wall.replace(tzinfo=UTC) if clock == "UTC" else wall.replace(tzinfo=ZoneInfo(clock))
-    return format_timestamp(aware)
 
 
 def state_name(raw: Any, values: Mapping[int, str]) -> Any:

@@ -164,6 +164,8 @@ class Plant:
                 if secure:
                     policy, mode = secure[-1].split("_")
                     opcua["security"] = {"policy": policy, "mode": mode}
+                else:  # the agent is secure by default: an insecure endpoint must be said explicitly
+                    opcua["security"] = {"policy": "None"}
             out.append(
                 device_config(
                     ctrl,

@@ -31,9 +31,12 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
+from agent.contract import format_timestamp
 from agent.errors import SourceUnavailable
+from agent.live import ConnectionLive
 from agent.retry import backoff_s
 from agent.transitions import Observations
 
@@ -81,6 +84,18 @@ class StateLog:
         return True
 
 
+def _now_text() -> str:
+    return format_timestamp(datetime.now(UTC))
+
+
+def _boot_of(obs: Observations) -> str | None:
+    """The controller's current boot id as this poll showed it (None: unchanged or unknown)."""
+    if obs.boots:
+        return obs.boots[-1].boot_id
+    live = [d.boot_id for d in obs.deliveries if d.live and d.boot_id]
+    return live[-1] if live else None
+
+
 async def run_source(
     source: Source,
     sink: ObservationSink,
@@ -89,7 +104,7 @@ async def run_source(
     backoff_initial: float = 0.25,
     backoff_max: float = 10.0,
     jitter: Callable[[], float] = random.random,
-    on_poll: Callable[[], None] | None = None,
+    live: ConnectionLive | None = None,
 ) -> None:
     """Connect, poll and hand observations on until ``stop``; reconnect with capped, jittered backoff.
 
@@ -107,8 +122,8 @@ async def run_source(
                 # answers, and would otherwise flap between "recovered" and "unavailable".
                 state.set("link", None)
                 failures = 0
-                if on_poll is not None:
-                    on_poll()
+                if live is not None:
+                    live.polled(_now_text(), _boot_of(obs))
                 for note in obs.notes:
                     log.info("%s: %s", label, note)
                 if obs:
@@ -117,6 +132,8 @@ async def run_source(
         except SourceUnavailable as exc:
             failures += 1
             state.set("link", f"unavailable: {exc}")
+            if live is not None:
+                live.failed(str(exc))
         finally:
             await source.close()
         if stop.is_set():
@@ -124,3 +141,5 @@ async def run_source(
         delay = backoff_s(max(failures, 1), initial_s=backoff_initial, max_s=backoff_max, jitter=jitter())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
+    if live is not None:
+        live.state = "stopped"

@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import assert_never
 
+from agent.live import ServiceLive
 from agent.sources.base import ObservationSink, Source, run_source
 from agent.sources.modbus import ModbusSource
 from agent.sources.opcua import OpcUaSource
@@ -35,21 +36,30 @@ def build_source(device: Device, conn: Connection) -> Source:
             assert_never(conn)
 
 
-async def run_device(device: Device, sink: ObservationSink, stop: asyncio.Event) -> None:
+async def run_device(
+    device: Device, sink: ObservationSink, stop: asyncio.Event, live: ServiceLive | None = None
+) -> None:
     """Poll every connection of one device until ``stop``; one task per connection."""
     async with asyncio.TaskGroup() as tg:
         for conn in device.connections:
             source = build_source(device, conn)
             tg.create_task(
                 run_source(
-                    source, sink, stop, backoff_initial=device.backoff_initial, backoff_max=device.backoff_max
+                    source,
+                    sink,
+                    stop,
+                    backoff_initial=device.backoff_initial,
+                    backoff_max=device.backoff_max,
+                    live=live.connection(device.name, source.receiver) if live is not None else None,
                 ),
                 name=f"poller[{device.name} {conn.receiver}]",
             )
 
 
-async def run_pollers(devices: Sequence[Device], sink: ObservationSink, stop: asyncio.Event) -> None:
-    """Poll every device until ``stop``."""
+async def run_pollers(
+    devices: Sequence[Device], sink: ObservationSink, stop: asyncio.Event, live: ServiceLive | None = None
+) -> None:
+    """Poll every device until ``stop``. `live` (optional) collects per-connection state."""
     async with asyncio.TaskGroup() as tg:
         for device in devices:
-            tg.create_task(run_device(device, sink, stop), name=f"device[{device.name}]")
+            tg.create_task(run_device(device, sink, stop, live), name=f"device[{device.name}]")

@@ -4,10 +4,24 @@ Both paths of one controller must give the same payload and hash, so naming of s
 channels and times happens here once: a state is the configured name of its value (or the
 raw value), a ring entry's channel is named by the ring's ``channel`` values (or the
 channel's position in the config), a boot id 0 in a ring entry means "none".
+
+Bad values (docs/pollers.md, "Bad values"): **identity is strict, the payload is tolerant.**
+
+* A transition id must be a whole number in 0 .. 2**64-1; all ones of a 32- or 64-bit counter
+  (0xFFFFFFFF, 0xFFFF...FFFF: an unset register or a failed gateway read) is refused. The
+  channel's read then fails (logged once, raw registers as evidence, nothing delivered); the
+  next good read delivers, and what the counter skipped is a ``gap``. A 16-bit counter's
+  0xFFFF is accepted: such counters reach it before every wrap.
+* A boot id of 0 or all ones is "not set" (``identity_incomplete``, never made up).
+* A state, or a latched value, that is NaN or Inf is ``null`` in the payload and flagged
+  (``raw.flags``); a state value that has no configured name is delivered as the number and
+  flagged. A real transition is never dropped for a bad payload value.
+* A source timestamp that is no time (NaN, Inf, beyond year 9999) is ``null``, flagged.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,23 +39,84 @@ def channel_fields(ch: Channel) -> list[tuple[str, Field]]:
     return out
 
 
+MAX_ID = 2**64 - 1
+
+
+class BadValue(ValueError):
+    """A value that cannot be an identity (transition id, boot id, ring sequence number)."""
+
+
+def identity_number(value: Any, bits: int = 64) -> int:
+    """A transition id or sequence number as read, or BadValue saying why it is refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadValue(f"{_shown(value)} is not a whole number")
+    if value < 0 or value > MAX_ID:
+        raise BadValue(f"{value} is outside 0..2**64-1")
+    if bits >= 32 and value in (2**32 - 1, MAX_ID):
+        raise BadValue(f"{value:#x} is all ones: an unset register or a failed read, not a counter")
+    return value
+
+
+def boot_number(value: Any) -> str | None:
+    """A boot id as text; None for 0 or all ones ("not set"); BadValue for what is no id."""
+    if isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable():
+        return value
+    number = identity_number(value, bits=16)
+    return None if number in (0, 2**16 - 1, 2**32 - 1, MAX_ID) else str(number)
+
+
+def payload_value(value: Any) -> tuple[Any, str | None]:
+    """(value for the payload, flag): NaN and Inf become None with a flag."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, f"{value} is not a number; null in the payload"
+    return value, None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def channel_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any]) -> ChannelRead:
     """``values`` holds decoded ``transition_id``, ``state``, ``source_timestamp`` (text or number)
-    and latched field values; a missing ``transition_id`` or ``state`` is a failed read."""
+    and latched field values; a missing or refused ``transition_id`` or ``state`` is a failed read."""
     tid, state = values.get("transition_id"), values.get("state")
-    if not isinstance(tid, int) or isinstance(tid, bool) or state is None:
+    bits = counter_bits(ch.transition_id.type) if ch.transition_id.register is not None else 32
+    if "transition_id" in values and "state" in values:
+        try:
+            tid = identity_number(tid, bits)
+        except BadValue as exc:
+            raw = {**raw, "error": f"transition_id refused: {exc}"}
+            tid = None
+    if not isinstance(tid, int) or isinstance(tid, bool) or "state" not in values:
         return ChannelRead(ch.name, None, error=str(raw.get("error", "not read")), raw=raw)
+    flags: list[str] = []
+    state, flag = payload_value(state)
+    if flag:
+        flags.append(f"state {flag}")
+    elif isinstance(state, int) and ch.state.values and state not in ch.state.values:
+        flags.append(f"state {state} has no configured name; delivered as the number")
     ts = values.get("source_timestamp")
     if isinstance(ts, int | float) and not isinstance(ts, bool) and ch.source_timestamp is not None:
-        ts = time_text(ts, ch.source_timestamp.unit, ch.source_timestamp.clock)
-    latched = {name: values[f"latched.{name}"] for name in ch.latched if f"latched.{name}" in values}
+        text = time_text(ts, ch.source_timestamp.unit, ch.source_timestamp.clock)
+        if text is None and ts:
+            flags.append(f"source_timestamp {_shown(ts)} is no time; null")
+        ts = text
+    latched = {}
+    for name in ch.latched:
+        if f"latched.{name}" in values:
+            latched[name], flag = payload_value(values[f"latched.{name}"])
+            if flag:
+                flags.append(f"latched.{name} {flag}")
+    if flags:
+        raw = {**raw, "flags": flags}
     return ChannelRead(
         channel=ch.name,
         transition_id=tid,
-        state=state_name(state, ch.state.values),
+        state=state_name(state, ch.state.values) if state is not None else None,
         source_timestamp=ts if isinstance(ts, str) else None,
         latched=latched,
-        bits=counter_bits(ch.transition_id.type) if ch.transition_id.register is not None else 32,
+        bits=bits,
         raw=raw,
     )
 
@@ -59,25 +134,31 @@ def ring_channel(device: Device, index: Any) -> Channel | None:
 
 def ring_item(device: Device, values: Mapping[str, Any]) -> RingItem | None:
     """One slot (``seq``, ``channel``, ``transition_id``, ``state``, optional ``boot_id`` and
-    ``source_timestamp``) as a RingItem; None for an empty slot (seq 0)."""
+    ``source_timestamp``) as a RingItem; None for an empty slot (seq 0) and for a slot whose
+    identity is refused (the counters then report what it held as a gap)."""
     assert device.ring is not None
-    seq = int(values.get("seq") or 0)
+    try:
+        seq = identity_number(values.get("seq") or 0)
+        tid = identity_number(values.get("transition_id") or 0)
+        boot = boot_number(values.get("boot_id") or 0)
+    except BadValue:
+        return None
     if seq == 0:
         return None
     ch = ring_channel(device, values.get("channel"))
-    boot = values.get("boot_id")
     ts = values.get("source_timestamp")
     ts_field: Field | None = device.ring.fields.get("source_timestamp")
-    if isinstance(ts, int | float) and ts_field is not None:
+    if isinstance(ts, int | float) and not isinstance(ts, bool) and ts_field is not None:
         ts = time_text(ts, ts_field.unit, ts_field.clock)
+    state, _ = payload_value(values.get("state"))
     return RingItem(
         seq=seq,
         channel=ch.name if ch is not None else None,
-        transition_id=int(values.get("transition_id") or 0),
-        boot_id=str(boot) if boot else None,
-        state=state_name(values.get("state"), ch.state.values if ch is not None else {}),
+        transition_id=tid,
+        boot_id=boot,
+        state=state_name(state, ch.state.values if ch is not None else {}),
         source_timestamp=ts if isinstance(ts, str) else None,
-        raw=dict(values),
+        raw={k: v if payload_value(v)[1] is None else str(v) for k, v in values.items()},
     )
 
 

@@ -110,29 +110,49 @@ class ModbusRtu:
         return f"modbus-rtu:{self.serial}:{self.unit}"
 
 
+SECURE_POLICIES = ("Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss")
+DEPRECATED_POLICIES = ("Basic128Rsa15", "Basic256")
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class OpcUaSecurity:
+    """How an OPC UA connection is secured. Secure by default: ``SignAndEncrypt`` with
+    ``Basic256Sha256``; ``policy: "None"`` only when the config says so (the source warns).
+
+    ``certificate``/``private_key`` are ours (``edge-agent certs`` makes them); the server's
+    certificate must be in the trust list: ``server_certificate`` (one pinned certificate)
+    and/or ``trusted`` (a directory of trusted certificates). There is no trust on first use.
+    ``application_uri`` empty means the URI in our certificate's subjectAltName."""
+
     policy: str = "Basic256Sha256"
     mode: str = "SignAndEncrypt"
     certificate: str | None = None
     private_key: str | None = None
     server_certificate: str | None = None
-    application_uri: str = "urn:edge-agent:agent"
+    trusted: str | None = None
+    application_uri: str = ""
+
+    @property
+    def insecure(self) -> bool:
+        return self.policy == "None"
 
 
 @dataclass(frozen=True)
 class OpcUa:
     """``subscribe``: data-change (and, with ``events`` mapped, event) subscription plus a
-    reconciling read on every (re)connect and every ``reconcile``; otherwise plain reads."""
+    reconciling read on every (re)connect and every ``reconcile``; otherwise plain reads.
+    ``max_message_size`` caps one response (and its chunk count): a larger one is refused."""
 
     endpoint: str
-    security: OpcUaSecurity | None = None
+    security: OpcUaSecurity = field(default_factory=OpcUaSecurity)
     username: str | None = None
     password_file: str | None = None
     subscribe: bool = False
     publishing: float = 0.1
     reconcile: float = 5.0
     timeout: float = 2.0
+    max_message_size: int = MAX_MESSAGE_SIZE
 
     @property
     def receiver(self) -> str:

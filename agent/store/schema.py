@@ -152,5 +152,19 @@ RETENTION_MIGRATION: Migration = (
 MIGRATIONS.append(RETENTION_MIGRATION)
 
 
+LIVE_STATE_MIGRATION: Migration = (
+    3,
+    "live state of the running service, for `edge-agent status`",
+    [
+        """CREATE TABLE live_state(
+            name TEXT PRIMARY KEY,
+            updated_at TEXT NOT NULL,
+            state TEXT NOT NULL
+        ) STRICT""",
+    ],
+)
+MIGRATIONS.append(LIVE_STATE_MIGRATION)
+
+
 def latest_version() -> int:
     return MIGRATIONS[-1][0]

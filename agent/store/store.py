@@ -171,6 +171,24 @@ class Store:
     async def schema_version(self) -> int:
         return int(await self._scalar("PRAGMA user_version"))
 
+    # --- live state of a running service ----------------------------------------------
+
+    async def write_live_state(self, name: str, now: str, state_json: str) -> None:
+        """Replace the live state record `name` (written by the service every few seconds)."""
+        async with self._lock, self._transaction():
+            await self.db.execute(
+                "INSERT INTO live_state(name, updated_at, state) VALUES (?,?,?)"
+                " ON CONFLICT(name) DO UPDATE SET updated_at = excluded.updated_at, state = excluded.state",
+                (name, now, state_json),
+            )
+
+    async def read_live_state(self, name: str) -> tuple[str, str] | None:
+        """(updated_at, state JSON) of `name`, or None when no service has written it."""
+        rows = list(
+            await self.db.execute_fetchall("SELECT updated_at, state FROM live_state WHERE name = ?", (name,))
+        )
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
     # --- upstreams -----------------------------------------------------------
 
     async def register_upstreams(self, upstreams: Iterable[tuple[str, str]], now: str) -> None:

@@ -1,0 +1,5 @@
+"""`python -m agent`: the same as the `edge-agent` command."""
+
+from agent.cli import main
+
+main()

@@ -1,0 +1,170 @@
+"""`edge-agent run` (the service) and `edge-agent status` (what the running service reports)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from agent import logs, render
+from agent.config import load
+from agent.contract import format_timestamp, parse_timestamp
+from agent.errors import ConfigError, StoreError
+from agent.store import budget
+from agent.store.outbox import Outbox
+from agent.store.retention import RetentionSettings
+
+EX_IOERR = 74
+EX_CONFIG = 78
+STALE_AFTER_S = 30.0
+
+
+@click.command("run")
+@click.option("-c", "--config", "config_path", metavar="FILE", help="Gateway configuration (YAML).")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@click.pass_context
+def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None:
+    """Run the agent: poll the configured PLCs, record every transition, forward upstream.
+
+    \b
+    Under systemd (see systemd/edge-agent.service):
+      edge-agent run -c /etc/edge-agent/config.yaml
+    SIGTERM stops polling, commits what was read, drains upstream for a bounded
+    time and exits 0. A configuration error exits 78 before anything starts
+    (the unit does not restart on 78); a store that cannot be opened exits 74.
+    """
+    from agent.service import serve  # imports the protocol libraries: only when running
+
+    logs.setup(log_level)
+    path = config_path or ctx.obj.config
+    try:
+        cfg = load(path)
+    except ConfigError as exc:
+        click.echo(f"edge-agent: configuration error:\n{exc}", err=True)
+        sys.exit(EX_CONFIG)
+    try:
+        code = asyncio.run(serve(cfg, db=ctx.obj.db))
+    except StoreError as exc:
+        click.echo(f"edge-agent: {exc}", err=True)
+        sys.exit(EX_IOERR)
+    sys.exit(code)
+
+
+@click.command("status")
+@click.option("-c", "--config", "config_path", metavar="FILE", help="Gateway configuration (YAML).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.pass_context
+def status_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """Show the running service's state, read from the store (no socket into the service).
+
+    Per device connection: state, last poll, current boot id. Per upstream:
+    backlog, oldest pending age, delivered, dead letters, last error. The store:
+    size, free space, days of history that fit. The service writes this every
+    few seconds; a state older than 30 s means the service is not running.
+    """
+    if config_path:
+        ctx.obj.config = config_path
+
+    async def go() -> dict[str, Any]:
+        store = await ctx.obj.open_store()
+        try:
+            return await collect_status(store, ctx.obj.config)
+        finally:
+            await store.close()
+
+    from agent.cli_common import run_async
+
+    status = run_async(go)
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    for line in status_lines(status):
+        click.echo(line)
+
+
+async def collect_status(store: Any, config_path: str) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    live_row = await store.read_live_state("service")
+    service: dict[str, Any] | None = None
+    running = False
+    if live_row is not None:
+        updated_at, state = live_row
+        service = json.loads(state)
+        age = (now - parse_timestamp(updated_at, "updated_at")).total_seconds()
+        running = age < STALE_AFTER_S
+        service["updated_at"], service["age_s"] = updated_at, round(age, 1)
+    retention = None
+    with contextlib.suppress(ConfigError, OSError):  # status works with --db alone, too
+        retention = load(config_path, check_files=False).store.retention
+    high_water = retention.high_water if isinstance(retention, RetentionSettings) else 0.8
+    keep = retention.payloads.days if isinstance(retention, RetentionSettings) else None
+    b = budget.assess(await budget.measure(store, now, None), high_water, keep)
+    upstreams = [asdict(c) for c in await Outbox(store).counts()]
+    return {
+        "now": format_timestamp(now),
+        "store": {"path": store.path, **asdict(b)},
+        "running": running,
+        "service": service,
+        "upstreams": upstreams,
+    }
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    out = []
+    svc = status["service"]
+    if svc is None:
+        out.append("service: has never run against this store")
+    else:
+        word = "running" if status["running"] else f"NOT RUNNING (last state {svc['age_s']} s old)"
+        out.append(f"service: {word}, pid {svc['pid']}, started {svc['started_at']}, config {svc['config']}")
+        if svc.get("store_problem"):
+            out.append(f"  ALARM: {svc['store_problem']}")
+        rec = svc.get("recorder", {})
+        if rec.get("store_problem"):
+            out.append(f"  STORE CANNOT BE WRITTEN: {rec['store_problem']}")
+        out.append("")
+        out.append("devices:")
+        rows = [
+            [
+                c["device"],
+                c["receiver"],
+                c["state"],
+                c["last_poll_at"],
+                c["boot_id"],
+                c["polls"],
+                c["read_errors"],
+                c["last_error"],
+            ]
+            for c in svc["connections"]
+        ]
+        out += render.table(
+            ["device", "connection", "state", "last poll", "bootId", "polls", "errors", "last error"], rows
+        )
+    out.append("")
+    out.append("upstreams:")
+    ups = status["upstreams"]
+    if ups:
+        keys = list(ups[0].keys())
+        out += render.table(keys, [[u.get(k) for k in keys] for u in ups])
+    else:
+        out.append("  none configured")
+    st = status["store"]
+    out.append("")
+    size, free = st["store_bytes"] / 1e6, st["fs_free_bytes"] / 1e9
+    out.append(f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB")
+    if st.get("days_that_fit") is not None:
+        out.append(f"  history that fits at the current rate: {st['days_that_fit']:.0f} days")
+    if st.get("warning"):
+        out.append(f"  WARNING: {st['warning']}")
+    return out

@@ -1,0 +1,57 @@
+"""Live state of a running service: per connection and per upstream, for `status` and metrics.
+
+Plain data, no I/O. Sources and forwarders update these objects in place; the
+service writes a snapshot into the store every few seconds (so `edge-agent
+status` needs no socket into the service) and the metrics endpoint reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ConnectionLive:
+    """One connection of one device (a PLC reachable over two paths has two)."""
+
+    device: str
+    receiver: str
+    state: str = "connecting"  # connecting | up | unavailable | stopped
+    last_poll_at: str | None = None
+    boot_id: str | None = None
+    polls: int = 0
+    read_errors: int = 0
+    last_error: str | None = None
+
+    def polled(self, at: str, boot_id: str | None) -> None:
+        self.state, self.last_poll_at, self.polls = "up", at, self.polls + 1
+        if boot_id is not None:
+            self.boot_id = boot_id
+
+    def failed(self, error: str) -> None:
+        self.state, self.last_error, self.read_errors = "unavailable", error, self.read_errors + 1
+
+
+@dataclass
+class ServiceLive:
+    """Everything `status` shows about a running service."""
+
+    started_at: str
+    pid: int
+    config: str
+    connections: list[ConnectionLive] = field(default_factory=list)
+    upstreams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recorder: dict[str, Any] = field(default_factory=dict)
+    store_problem: str | None = None
+
+    def connection(self, device: str, receiver: str) -> ConnectionLive:
+        for c in self.connections:
+            if (c.device, c.receiver) == (device, receiver):
+                return c
+        c = ConnectionLive(device, receiver)
+        self.connections.append(c)
+        return c
+
+    def snapshot(self) -> dict[str, Any]:
+        return asdict(self)

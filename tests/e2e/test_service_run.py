@@ -1,0 +1,125 @@
+"""`edge-agent run` as a real process: simulators, a real HTTP upstream, SIGTERM mid-flow, restart.
+
+Every transition the controllers made must be in the store exactly once and upstream at least
+once; the restart re-reads the controllers (duplicates, not new events) and picks up what
+happened while the agent was down from the controllers' ring buffers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devices.controller import ChannelSpec, Controller
+from devices.plant import Plant
+from devices.upstream import Receiver
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(tmp_path: Path, plant: Plant, upstream_url: str) -> Path:
+    doc: dict[str, Any] = {
+        "site": "plant-1",
+        "gateway": "gw-e2e",
+        "store": {"path": str(tmp_path / "events.db")},
+        "upstreams": [{"name": "historian", "http": {"url": upstream_url, "batch_size": 50}}],
+        "devices": plant.device_configs(),
+    }
+    for dev in doc["devices"]:
+        dev["poll"] = "100ms"
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+async def start_agent(config: Path, log: Path) -> asyncio.subprocess.Process:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent.cli", "run", "-c", str(config), "--log-level", "INFO",
+        stdout=asyncio.subprocess.DEVNULL, stderr=log.open("ab"), env=env,
+    )
+
+
+def stored(db: Path) -> dict[tuple[str, str, str], int]:
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute("SELECT source, transition_id, boot_id, count(*) FROM events GROUP BY 1, 2, 3").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        con.close()
+    return {(r[0], r[1], r[2]): r[3] for r in rows}
+
+
+async def eventually(check: Any, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def plant() -> AsyncIterator[Plant]:
+    ctrls = [Controller(name, [ChannelSpec("Trip"), ChannelSpec("OverTemp")], ring_capacity=8)
+             for name in ("PUMP-07", "PUMP-08")]
+    async with Plant(ctrls, opcua_port=None) as p:
+        yield p
+
+
+async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(plant: Plant, tmp_path: Path) -> None:
+    made: set[tuple[str, str, str]] = set()
+
+    async def transitions(n: int, pause: float) -> None:
+        for i in range(n):
+            device = ("PUMP-07", "PUMP-08")[i % 2]
+            channel = ("Trip", "OverTemp")[(i // 2) % 2]
+            entry = await plant.transition(device, channel)
+            made.add((f"{device}/{channel}", str(entry.transition_id), str(entry.boot_id)))
+            await asyncio.sleep(pause)
+
+    async with Receiver() as rx:
+        config = write_config(tmp_path, plant, rx.url + "/ingest")
+        db, log = tmp_path / "events.db", tmp_path / "agent.log"
+        agent = await start_agent(config, log)
+        await eventually(lambda: db.exists() and len(stored(db)) >= 0 and "started" in log.read_text())
+        await transitions(12, 0.15)
+        await eventually(lambda: len(stored(db)) >= 6)
+        agent.send_signal(signal.SIGTERM)  # mid-flow: transitions keep coming while it stops
+        await transitions(4, 0.05)
+        assert await asyncio.wait_for(agent.wait(), 30) == 0, log.read_text()
+        assert "stopped cleanly" in log.read_text()
+        await transitions(4, 0.05)  # while the agent is down: only the ring buffer keeps them
+        await plant.restart("PUMP-08")  # and a controller restarts meanwhile
+        await transitions(4, 0.05)
+
+        agent = await start_agent(config, log)
+        await eventually(lambda: made <= set(stored(db)), timeout=40)
+        await eventually(lambda: rx.stats()["distinct"] >= len(stored(db)), timeout=40)
+        agent.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(agent.wait(), 30) == 0, log.read_text()
+        upstream = rx.stats()
+
+    events = stored(db)
+    assert set(events) == made, "every transition once, nothing invented"
+    assert all(n == 1 for n in events.values())
+    con = sqlite3.connect(db)
+    boots = con.execute("SELECT device, boot_id, previous_boot_id FROM boots ORDER BY boot_row").fetchall()
+    conflicts = con.execute("SELECT count(*) FROM arrivals WHERE decision = 'conflict'").fetchone()[0]
+    undelivered = con.execute("SELECT count(*) FROM outbox WHERE state <> 'delivered'").fetchone()[0]
+    con.close()
+    assert ("PUMP-08", "18", "17") in boots
+    assert conflicts == 0
+    assert undelivered == 0
+    assert upstream["distinct"] >= len(events), json.dumps(upstream)
