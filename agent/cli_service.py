@@ -32,6 +32,7 @@ STALE_AFTER_S = 30.0
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Log level; one line per state change at INFO, per poll at DEBUG.",
 )
 @click.pass_context
 def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None:

@@ -522,7 +522,7 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
     order = s.get("word_order", _one_of("big", "little"), "big")
     word_order: WordOrder = "little" if order == "little" else "big"
     fields = _FieldReader(modbus, opcua)
-    boot = fields.read(s.sub("boot_id")) if s.has("boot_id") else None
+    boot = _counter(s, "boot_id", fields.read(s.sub("boot_id"))) if s.has("boot_id") else None
     if not s.has("channels"):
         s.ctx.problem(s.line, s.key_path("channels"), "missing")
     channels = _channels(s.sub("channels"), fields)
@@ -691,22 +691,28 @@ def _opcua_security(s: _Section) -> OpcUaSecurity:
         application_uri=sec.get("application_uri", _text, ""),
     )
     sec.finish()
-    hint = (
-        f"OPC UA is secure by default ({policy}, {out.mode}); "
-        "write security: {policy: None} to connect without security"
-    )
+    if not s.has("security"):
+        if out.certificate is None:  # nothing said at all: one problem that says what to do
+            s.problem(
+                "security",
+                "missing: OPC UA is secure by default (SignAndEncrypt, Basic256Sha256), which needs our "
+                "certificate and private_key (`edge-agent certs` creates them) and the server's "
+                "certificate in server_certificate or trusted; write security: {policy: None} to connect "
+                "without security",
+            )
+        return out
     if out.certificate is None or out.private_key is None:
-        s.ctx.problem(
-            sec.line if s.has("security") else s.line,
+        sec.ctx.problem(
+            sec.line,
             f"{where}.certificate",
-            f"our certificate and private_key are needed (create them with `edge-agent certs`); {hint}",
+            "our certificate and private_key are needed (`edge-agent certs` creates them)",
         )
     if out.server_certificate is None and out.trusted is None:
-        s.ctx.problem(
-            sec.line if s.has("security") else s.line,
+        sec.ctx.problem(
+            sec.line,
             f"{where}.trusted",
-            "the server certificate must be trusted explicitly: give server_certificate (pin one) "
-            f"or trusted (a directory of trusted certificates); there is no trust on first use; {hint}",
+            "the server's certificate must be trusted explicitly: give server_certificate (pin one) "
+            "or trusted (a directory of trusted certificates); there is no trust on first use",
         )
     return out
 
@@ -746,6 +752,17 @@ class _FieldReader:
         return f
 
 
+UNSIGNED = ("uint16", "uint32", "uint64")
+
+
+def _counter(s: _Section, key: str, f: Field) -> Field:
+    """Identity registers hold unsigned whole numbers: a float or signed type would let NaN or a
+    negative number become an id (docs/pollers.md, "Bad values")."""
+    if (f.register is not None or f.offset is not None) and f.type not in UNSIGNED:
+        s.problem(key, f"type {f.type} cannot hold an id or counter; use {', '.join(UNSIGNED)}")
+    return f
+
+
 def _zone(v: Any) -> str:
     text = _text(v)
     if text != "UTC":
@@ -764,7 +781,7 @@ def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
         s.ctx.problem(s.line, s.path, "needs at least one channel")
     for name in list(s.data):
         c = s.sub(str(name))
-        tid = fields.read(c.sub("transition_id"))
+        tid = _counter(c, "transition_id", fields.read(c.sub("transition_id")))
         state = fields.read(c.sub("state"))
         ts_raw = c.raw("source_timestamp")
         ts, from_state = None, False
@@ -794,7 +811,7 @@ def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
 
 
 def _ring(s: _Section, fields: _FieldReader, modbus: bool) -> Ring:
-    head = fields.read(s.sub("head"))
+    head = _counter(s, "head", fields.read(s.sub("head")))
     capacity = fields.read(s.sub("capacity"))
     slots = s.sub("slots")
     register = slots.get("register", _int_in(0, 65535), None)
@@ -804,6 +821,9 @@ def _ring(s: _Section, fields: _FieldReader, modbus: bool) -> Ring:
         slots.problem("count", "missing (or give ring.capacity.value)")
     f = slots.sub("fields")
     ring_fields = {str(k): fields.read(f.sub(str(k)), in_slot=True) for k in list(f.data)}
+    for key in ("seq", "channel", "transition_id", "boot_id"):
+        if key in ring_fields:
+            _counter(f, key, ring_fields[key])
     for key in ("seq", "channel", "transition_id", "state"):
         if key not in ring_fields:
             f.ctx.problem(f.line, f.key_path(key), "missing")

@@ -12,6 +12,8 @@ def cell(value: Any, width: int | None = None) -> str:
         text = "-"
     elif isinstance(value, bool):
         text = "yes" if value else "no"
+    elif isinstance(value, dict) and "summary" in value:
+        text = str(value["summary"])
     elif isinstance(value, dict | list):
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     else:

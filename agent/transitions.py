@@ -135,8 +135,8 @@ def time_text(value: int | float, unit: str = "ms", clock: str = "UTC") -> str |
     """A PLC time value (ms or s since the Unix epoch, in UTC or a local zone) as contract text.
 
     0 means "never" on a PLC and gives None, and so does a value that is no time (NaN, Inf, or
-    outside the years 1..9999, such as a 64-bit register of all ones). A local clock is read as wall time in that zone
-    (as a PLC without time zone support stores it) and converted to UTC.
+    outside the years 1..9999, such as a 64-bit register of all ones). A local clock is read as
+    wall time in that zone (as a PLC without time zone support stores it) and converted to UTC.
     """
     if not value or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         return None  # NaN/Inf (a float register of all ones) is no time; the caller flags it
@@ -184,12 +184,23 @@ def make_delivery(
         arrival_at=arrival_at,
         payload=payload,
         payload_hash=payload_hash(payload, source_timestamp),
-        raw=json.dumps(raw, sort_keys=True, default=str, separators=(",", ":")),
+        raw=json.dumps(_plain(raw), sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
         receiver=receiver,
         live=live,
         missing=() if boot_id else ("bootId",),
-        evidence=dict(raw),
+        evidence=_plain(raw),
     )
+
+
+def _plain(value: Any) -> Any:
+    """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def subtract(ranges: Iterable[Range], taken: set[int]) -> list[Range]:

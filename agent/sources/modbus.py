@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -30,8 +31,8 @@ from agent.contract import format_timestamp
 from agent.errors import SourceUnavailable
 from agent.sources.base import StateLog
 from agent.sources.modbus_decode import DecodeError, decode
-from agent.sources.modbus_plan import Block, Plan, plan_blocks, plan_reads, take
-from agent.sources.readings import channel_fields, channel_read, ring_item
+from agent.sources.modbus_plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
+from agent.sources.readings import BadValue, boot_number, channel_fields, channel_read, ring_item
 from agent.sources.settings import Channel, Device, Field, ModbusRtu, ModbusTcp
 from agent.transitions import ChannelRead, DeviceTracker, Observations, RingItem, RingRead, Snapshot
 
@@ -47,6 +48,7 @@ EXCEPTION_NAMES = {
     10: "gateway path unavailable",
     11: "gateway target failed to respond",
 }
+READ_FUNCTIONS = {"coil": 1, "discrete": 2, "holding": 3, "input": 4}
 SPLIT_FOR_S = 30.0
 TORN_RETRIES = 3
 
@@ -60,6 +62,36 @@ class ExceptionResponse(Exception):
         super().__init__(
             f"exception {code} ({name}) reading {block.table} {block.start}..{block.start + block.count - 1}"
         )
+
+
+class BadResponse(ExceptionResponse):
+    """A well-framed answer that does not answer the request (wrong quantity, unit or function):
+    refused like an exception response, so the other channels are still read one by one."""
+
+    def __init__(self, block: Block, problem: str) -> None:
+        self.block, self.code = block, 0
+        where = f"{block.table} {block.start}..{block.start + block.count - 1}"
+        Exception.__init__(self, f"bad response reading {where}: {problem}")
+
+
+def response_problem(
+    block: Block, function_code: Any, unit_seen: Any, unit: int, values: Sequence[Any]
+) -> str | None:
+    """Why an answer to ``block`` is refused (None: it is fine). Pure; pymodbus checks the unit id
+    only for unit != 0 and never the quantity, so both are checked here."""
+    expected = READ_FUNCTIONS[block.table]
+    if function_code != expected:
+        return f"function code {function_code} in the answer to a request with function code {expected}"
+    if unit_seen is not None and unit_seen != unit:
+        return f"unit id {unit_seen} in the answer, {unit} asked"
+    if block.table in BIT_TABLES:
+        if not block.count <= len(values) < block.count + 8:
+            return f"{len(values)} bits for {block.count} asked"
+    elif len(values) != block.count:
+        return f"{len(values)} registers for {block.count} asked"
+    elif any(not 0 <= v <= 0xFFFF for v in values):
+        return "a register value outside 0..65535"
+    return None
 
 
 def _now() -> str:
@@ -172,6 +204,8 @@ class ModbusSource:
         """One request. Raises ExceptionResponse (device said no) or SourceUnavailable (link)."""
         if self.client is None:
             raise SourceUnavailable("not connected")
+        # Read-only on purpose: these four are the only requests this agent ever sends (function
+        # codes 1-4); nothing here can write to a controller.
         fn = {
             "holding": self.client.read_holding_registers,
             "input": self.client.read_input_registers,
@@ -183,13 +217,19 @@ class ModbusSource:
                 rr = await fn(block.start, count=block.count, device_id=self.conn.unit)
         except TimeoutError as exc:
             raise SourceUnavailable(f"read timed out after {self.conn.timeout * 1000:.0f} ms") from exc
-        except (ModbusException, OSError) as exc:
-            raise SourceUnavailable(f"read failed: {exc}") from exc
+        except (ModbusException, OSError, struct.error, ValueError, IndexError) as exc:
+            # pymodbus raises ModbusIOException for a wrong unit id or transaction id, and lets
+            # struct.error through for a truncated frame: the stream can no longer be trusted.
+            raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
         if rr.isError():
             raise ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
-        if block.table in ("coil", "discrete"):
-            return [int(b) for b in rr.bits[: block.count]]
-        return list(rr.registers)
+        values = list(rr.bits if block.table in BIT_TABLES else rr.registers)
+        problem = response_problem(
+            block, getattr(rr, "function_code", None), getattr(rr, "dev_id", None), self.conn.unit, values
+        )
+        if problem is not None:
+            raise BadResponse(block, problem)
+        return [int(v) for v in values[: block.count]]
 
     async def _read_all(self, blocks: Sequence[Block]) -> tuple[dict[Block, list[int]], dict[Block, str]]:
         got: dict[Block, list[int]] = {}
@@ -257,8 +297,10 @@ class ModbusSource:
         regs = take(got, f)
         if regs is None:
             return None
-        value = decode(regs, f.type, self._word_order(f))
-        return str(int(value)) if value else None  # 0 = not set: no generation is made up
+        try:  # 0 or all ones = not set: no generation is made up
+            return boot_number(decode(regs, f.type, self._word_order(f)), bits=16 * f.words)
+        except (BadValue, DecodeError):
+            return None
 
     def _channel(self, ch: Channel, got: Mapping[Block, Sequence[int]], error: str | None) -> ChannelRead:
         values: dict[str, Any] = {}
@@ -290,10 +332,14 @@ class ModbusSource:
         head_regs = take(got, ring.head)
         if head_regs is None:
             return replace(snap, ring_error="ring head not read")
-        head = int(decode(head_regs, ring.head.type, self._word_order(ring.head)))
         capacity = ring.capacity.value or ring.slot_count
-        if ring.capacity.register is not None and (cap_regs := take(got, ring.capacity)) is not None:
-            capacity = int(decode(cap_regs, ring.capacity.type, self._word_order(ring.capacity))) or capacity
+        try:
+            head = int(decode(head_regs, ring.head.type, self._word_order(ring.head)))
+            if ring.capacity.register is not None and (cap_regs := take(got, ring.capacity)) is not None:
+                order = self._word_order(ring.capacity)
+                capacity = int(decode(cap_regs, ring.capacity.type, order)) or capacity
+        except (DecodeError, ValueError, OverflowError) as exc:  # a float head: NaN/Inf
+            return replace(snap, ring_error=f"ring header refused: {exc}")
         entries: list[RingItem] = []
         assert ring.slots_register is not None and ring.slot_size is not None
         for k in range(min(capacity, ring.slot_count)):

@@ -21,10 +21,14 @@ Bad values (docs/pollers.md, "Bad values"): **identity is strict, the payload is
 
 from __future__ import annotations
 
+import contextlib
 import math
+import re
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from agent.contract import ContractError, format_timestamp, normalize_timestamp
 from agent.sources.modbus_decode import counter_bits
 from agent.sources.settings import Channel, Device, Field
 from agent.transitions import ChannelRead, Observations, RingItem, state_name, time_text
@@ -40,6 +44,7 @@ def channel_fields(ch: Channel) -> list[tuple[str, Field]]:
 
 
 MAX_ID = 2**64 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BadValue(ValueError):
@@ -57,19 +62,45 @@ def identity_number(value: Any, bits: int = 64) -> int:
     return value
 
 
-def boot_number(value: Any) -> str | None:
-    """A boot id as text; None for 0 or all ones ("not set"); BadValue for what is no id."""
+def boot_number(value: Any, bits: int | None = None) -> str | None:
+    """A boot id as text; None for 0 or all ones ("not set"); BadValue for what is no id.
+
+    All ones means the ``bits`` wide register (when known, as on Modbus), else 32 or 64 bits."""
     if isinstance(value, str) and 0 < len(value) <= 64 and value.isprintable():
         return value
     number = identity_number(value, bits=16)
-    return None if number in (0, 2**16 - 1, 2**32 - 1, MAX_ID) else str(number)
+    ones = (2**bits - 1,) if bits is not None else (2**32 - 1, MAX_ID)
+    return None if number == 0 or number in ones else str(number)
 
 
 def payload_value(value: Any) -> tuple[Any, str | None]:
-    """(value for the payload, flag): NaN and Inf become None with a flag."""
+    """(value for the payload, flag): what has no JSON form (NaN, Inf, a lone surrogate, an odd
+    type) becomes None with a flag."""
     if isinstance(value, float) and not math.isfinite(value):
         return None, f"{value} is not a number; null in the payload"
+    if isinstance(value, str) and _SURROGATE.search(value):
+        return None, "text with a lone surrogate (not Unicode); null in the payload"
+    if value is not None and not isinstance(value, str | int | float):
+        return None, f"a {type(value).__name__} has no JSON form; null in the payload"
     return value, None
+
+
+def timestamp_value(value: Any, f: Field | None) -> tuple[str | None, str | None]:
+    """(contract text or None, flag) of a source timestamp read as a number, text or datetime."""
+    if value is None or value == 0:
+        return None, None
+    text: str | None = None
+    if isinstance(value, datetime):
+        with contextlib.suppress(ValueError, OverflowError):
+            text = format_timestamp(value if value.tzinfo else value.replace(tzinfo=UTC))
+    elif isinstance(value, str):
+        with contextlib.suppress(ContractError):
+            text = normalize_timestamp(value, "source_timestamp")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        text = time_text(value, f.unit, f.clock) if f is not None else None
+    if text is None:
+        return None, f"source_timestamp {_shown(value)} is no time; null"
+    return text, None
 
 
 def _shown(value: Any) -> str:
@@ -96,12 +127,9 @@ def channel_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any])
         flags.append(f"state {flag}")
     elif isinstance(state, int) and ch.state.values and state not in ch.state.values:
         flags.append(f"state {state} has no configured name; delivered as the number")
-    ts = values.get("source_timestamp")
-    if isinstance(ts, int | float) and not isinstance(ts, bool) and ch.source_timestamp is not None:
-        text = time_text(ts, ch.source_timestamp.unit, ch.source_timestamp.clock)
-        if text is None and ts:
-            flags.append(f"source_timestamp {_shown(ts)} is no time; null")
-        ts = text
+    ts, flag = timestamp_value(values.get("source_timestamp"), ch.source_timestamp)
+    if flag:
+        flags.append(flag)
     latched = {}
     for name in ch.latched:
         if f"latched.{name}" in values:
@@ -114,7 +142,7 @@ def channel_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any])
         channel=ch.name,
         transition_id=tid,
         state=state_name(state, ch.state.values) if state is not None else None,
-        source_timestamp=ts if isinstance(ts, str) else None,
+        source_timestamp=ts,
         latched=latched,
         bits=bits,
         raw=raw,
@@ -146,10 +174,7 @@ def ring_item(device: Device, values: Mapping[str, Any]) -> RingItem | None:
     if seq == 0:
         return None
     ch = ring_channel(device, values.get("channel"))
-    ts = values.get("source_timestamp")
-    ts_field: Field | None = device.ring.fields.get("source_timestamp")
-    if isinstance(ts, int | float) and not isinstance(ts, bool) and ts_field is not None:
-        ts = time_text(ts, ts_field.unit, ts_field.clock)
+    ts, _ = timestamp_value(values.get("source_timestamp"), device.ring.fields.get("source_timestamp"))
     state, _ = payload_value(values.get("state"))
     return RingItem(
         seq=seq,
@@ -157,7 +182,7 @@ def ring_item(device: Device, values: Mapping[str, Any]) -> RingItem | None:
         transition_id=tid,
         boot_id=boot,
         state=state_name(state, ch.state.values if ch is not None else {}),
-        source_timestamp=ts if isinstance(ts, str) else None,
+        source_timestamp=ts,
         raw={k: v if payload_value(v)[1] is None else str(v) for k, v in values.items()},
     )
 

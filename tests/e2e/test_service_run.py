@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -46,15 +47,37 @@ def write_config(tmp_path: Path, plant: Plant, upstream_url: str) -> Path:
 async def start_agent(config: Path, log: Path) -> asyncio.subprocess.Process:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent.cli", "run", "-c", str(config), "--log-level", "INFO",
-        stdout=asyncio.subprocess.DEVNULL, stderr=log.open("ab"), env=env,
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "run",
+        "-c",
+        str(config),
+        "--log-level",
+        "INFO",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=log.open("ab"),
+        env=env,
     )
+
+
+def status_json(config: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "agent", "status", "-c", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    return dict(json.loads(out))
 
 
 def stored(db: Path) -> dict[tuple[str, str, str], int]:
     con = sqlite3.connect(db)
     try:
-        rows = con.execute("SELECT source, transition_id, boot_id, count(*) FROM events GROUP BY 1, 2, 3").fetchall()
+        rows = con.execute(
+            "SELECT source, transition_id, boot_id, count(*) FROM events GROUP BY 1, 2, 3"
+        ).fetchall()
     except sqlite3.OperationalError:
         return {}
     finally:
@@ -72,13 +95,17 @@ async def eventually(check: Any, timeout: float = 30.0) -> None:
 
 @pytest.fixture
 async def plant() -> AsyncIterator[Plant]:
-    ctrls = [Controller(name, [ChannelSpec("Trip"), ChannelSpec("OverTemp")], ring_capacity=8)
-             for name in ("PUMP-07", "PUMP-08")]
+    ctrls = [
+        Controller(name, [ChannelSpec("Trip"), ChannelSpec("OverTemp")], ring_capacity=8)
+        for name in ("PUMP-07", "PUMP-08")
+    ]
     async with Plant(ctrls, opcua_port=None) as p:
         yield p
 
 
-async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(plant: Plant, tmp_path: Path) -> None:
+async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(
+    plant: Plant, tmp_path: Path
+) -> None:
     made: set[tuple[str, str, str]] = set()
 
     async def transitions(n: int, pause: float) -> None:
@@ -96,6 +123,11 @@ async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(p
         await eventually(lambda: db.exists() and len(stored(db)) >= 0 and "started" in log.read_text())
         await transitions(12, 0.15)
         await eventually(lambda: len(stored(db)) >= 6)
+        status = await asyncio.to_thread(status_json, config)
+        assert status["running"] is True
+        conns = {c["device"]: c for c in status["service"]["connections"]}
+        assert conns["PUMP-07"]["state"] == "up" and conns["PUMP-07"]["boot_id"] == "17"
+        assert [u["upstream"] for u in status["upstreams"]] == ["historian"]
         agent.send_signal(signal.SIGTERM)  # mid-flow: transitions keep coming while it stops
         await transitions(4, 0.05)
         assert await asyncio.wait_for(agent.wait(), 30) == 0, log.read_text()
