@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +39,8 @@ from agent.forwarder import Forwarder, build_sink
 from agent.live import ServiceLive
 from agent.recorder import Recorder
 from agent.sources.pollers import run_pollers
+from agent.store.decide import Outcome
+from agent.store.outbox import Outbox
 from agent.store.prune import run_retention
 from agent.store.retention import RetentionSettings
 from agent.store.store import Store
@@ -95,6 +97,10 @@ class Service:
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.ready = asyncio.Event()
         self._heartbeat = time.monotonic()
+        self.decisions: dict[str, int] = {}
+        self.collector: Any = None  # agent.metrics.SnapshotCollector when metrics are on
+        self._outbox_counts: list[dict[str, Any]] = []
+        self._counts_at = 0.0
 
     def now(self) -> str:
         return format_timestamp(self.clock())
@@ -123,11 +129,18 @@ class Service:
             for u in cfg.upstreams
         ]
 
-        def wake_forwarders(*_: Any) -> None:
+        def committed(_batch: Any, outcomes: Sequence[Outcome]) -> None:
+            for oc in outcomes:
+                self.decisions[oc.decision.value] = self.decisions.get(oc.decision.value, 0) + 1
             for f in forwarders:
                 f.wake()
 
-        recorder = Recorder(store, on_commit=wake_forwarders)
+        recorder = Recorder(store, on_commit=committed)
+        if cfg.metrics is not None and cfg.metrics.listen:
+            from agent import metrics  # prometheus-client is imported only when metrics are on
+
+            self.collector = metrics.SnapshotCollector()
+            metrics.serve(cfg.metrics.listen, self.collector)
         stop_polling, stop_recorder, stop_forwarding, stop_house = (asyncio.Event() for _ in range(4))
         async with asyncio.TaskGroup() as tg:
             rec_task = tg.create_task(recorder.run(stop_recorder), name="recorder")
@@ -192,11 +205,22 @@ class Service:
             "backlog": recorder.backlog,
             "store_problem": recorder.store_problem,
         }
-        snapshot = json.dumps(self.live.snapshot())
+        snapshot = self.live.snapshot()
         try:
-            await store.write_live_state("service", self.now(), snapshot)
+            await store.write_live_state("service", self.now(), json.dumps(snapshot))
         except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly
             log.debug("live state not written: %s", exc)
+        if self.collector is not None:
+            if time.monotonic() - self._counts_at > 15.0:  # counting the outbox is not free on a big store
+                self._outbox_counts = [asdict(c) for c in await Outbox(store).counts()]
+                self._counts_at = time.monotonic()
+            size = sum(p.stat().st_size for p in (Path(store.path), Path(store.path + "-wal")) if p.exists())
+            self.collector.snapshot = {
+                **snapshot,
+                "decisions": dict(self.decisions),
+                "outbox": self._outbox_counts,
+                "store_bytes": size,
+            }
 
 
 async def _bounded(task: asyncio.Task[Any], seconds: float, what: str) -> None:

@@ -36,7 +36,26 @@ import asyncua
 from agent.contract import format_timestamp
 from agent.errors import SourceUnavailable
 from agent.sources.base import StateLog
-from agent.sources.readings import channel_fields, channel_read, merge, ring_channel, ring_item
+from agent.sources.opcua_trust import (
+    describe,
+    first_certificate,
+    load_trust_list,
+    read_certificate,
+    untrusted_reason,
+)
+from agent.sources.opcua_values import array_problem, scalar_problem
+from agent.sources.readings import (
+    BadValue,
+    boot_number,
+    channel_fields,
+    channel_read,
+    identity_number,
+    merge,
+    payload_value,
+    ring_channel,
+    ring_item,
+    timestamp_value,
+)
 from agent.sources.settings import Channel, Device, Field, OpcUa
 from agent.transitions import (
     ChannelRead,
@@ -45,7 +64,6 @@ from agent.transitions import (
     RingItem,
     RingRead,
     Snapshot,
-    time_text,
 )
 
 log = logging.getLogger(__name__)
@@ -55,6 +73,34 @@ ua: Any = asyncua.ua
 Client: Any = asyncua.Client  # type: ignore[attr-defined]
 START_TIME = "i=2257"  # Server_ServerStatus_StartTime
 UA_ERRORS = (ConnectionError, OSError, TimeoutError, asyncio.TimeoutError)
+
+
+POLICY_CLASSES = {
+    "Basic256Sha256": "SecurityPolicyBasic256Sha256",
+    "Aes128_Sha256_RsaOaep": "SecurityPolicyAes128Sha256RsaOaep",
+    "Aes256_Sha256_RsaPss": "SecurityPolicyAes256Sha256RsaPss",
+}
+TOO_LARGE = ("BadRequestTooLarge", "BadResponseTooLarge")
+
+
+class _BoundedClient(Client):  # type: ignore[misc]
+    """asyncua's Client with a receive limit it cannot be talked out of.
+
+    asyncua sends ``max_messagesize``/``max_chunkcount`` in its Hello, but then replaces its own
+    receive limits with whatever the server's Acknowledge says (its server says 100 MB), and its
+    server ignores the client's limits when it answers. So after the Hello the limits of this
+    connection are set back to ours: a larger response is dropped chunk by chunk as it arrives
+    (``BadRequestTooLarge``), never assembled in memory.
+    """
+
+    async def send_hello(self) -> None:
+        await super().send_hello()
+        protocol = self.uaclient.protocol
+        limits = getattr(getattr(protocol, "_connection", None), "_limits", None)
+        if limits is None:  # asyncua changed inside: refuse rather than run without a limit
+            raise SourceUnavailable("cannot set the OPC UA message size limit (asyncua changed)")
+        limits.max_message_size = self.max_messagesize
+        limits.max_chunk_count = self.max_chunkcount
 
 
 def _now() -> str:
@@ -100,13 +146,22 @@ class OpcUaSource:
         self.next_reconcile = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver})')
         self.polls = 0
+        if conn.security.insecure:  # built once at start-up: the warning is said once per start
+            log.warning(
+                'Device "%s" (%s): OPC UA security policy None (configured explicitly): the traffic is '
+                "neither signed nor encrypted, and the server is not authenticated",
+                device.name,
+                self.receiver,
+            )
 
     # --- Source protocol ---------------------------------------------------------------------
 
     async def connect(self) -> None:
         c = self.conn
-        client = Client(c.endpoint, timeout=c.timeout, watchdog_intervall=max(c.timeout, 0.5))
+        client = _BoundedClient(c.endpoint, timeout=c.timeout, watchdog_intervall=max(c.timeout, 0.5))
         client.session_timeout = 600_000
+        client.max_messagesize = c.max_message_size
+        client.max_chunkcount = c.max_message_size // 8192 + 1  # asyncua's chunks are 8-64 KiB
         self.client, self.lost = client, asyncio.Event()
         lost = self.lost
 
@@ -115,7 +170,8 @@ class OpcUaSource:
 
         client.connection_lost_callback = on_lost
         try:
-            await self._secure(client)
+            async with asyncio.timeout(c.timeout * 3):
+                await self._secure(client)
             async with asyncio.timeout(c.timeout * 3):
                 await client.connect()
                 idx = await client.get_namespace_index(self.dev.namespace) if self.dev.namespace else None
@@ -123,35 +179,71 @@ class OpcUaSource:
                 if c.subscribe:
                     await self._subscribe(client, idx)
         except ua.UaError as exc:
-            raise SourceUnavailable(f"refused: {type(exc).__name__} {exc}") from exc
+            raise SourceUnavailable(self._ua_error("refused", exc)) from exc
         except UA_ERRORS as exc:
             raise SourceUnavailable(f"cannot connect: {exc or type(exc).__name__}") from exc
         self.tracker.reconnected()
         self.next_reconcile = 0.0
 
-    async def _secure(self, client: Any) -> None:
-        c, sec = self.conn, self.conn.security
-        if sec is not None:
-            from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
-
-            client.application_uri = sec.application_uri
-            mode = (
-                ua.MessageSecurityMode.SignAndEncrypt
-                if sec.mode == "SignAndEncrypt"
-                else ua.MessageSecurityMode.Sign
+    def _ua_error(self, what: str, exc: Exception) -> str:
+        name = type(exc).__name__
+        if name in TOO_LARGE:
+            return (
+                f"{what}: the response is larger than max_message_size ({self.conn.max_message_size} "
+                f"bytes): a node serves a value too large to read ({name})"
             )
+        return f"{what}: {name} {exc}"
+
+    async def _secure(self, client: Any) -> None:
+        """Security as configured: the server's certificate from its endpoint list, checked
+        against the trust list, then pinned for the secure channel (opcua_trust)."""
+        c, sec = self.conn, self.conn.security
+        if not sec.insecure:
+            from asyncua.crypto import security_policies
+
+            policy = getattr(security_policies, POLICY_CLASSES[sec.policy])
+            der = await self._server_certificate(client, policy.URI, sec.mode)
+            trust = load_trust_list(sec.server_certificate, sec.trusted)
+            where = " or ".join(x for x in (sec.server_certificate, sec.trusted) if x) or "the trust list"
+            reason = untrusted_reason(der, trust, datetime.now(UTC), where)
+            if reason is not None:
+                raise SourceUnavailable(reason)
+            assert sec.certificate is not None and sec.private_key is not None  # the loader checks
+            ours = describe(read_certificate(Path(sec.certificate)))
+            client.application_uri = sec.application_uri or ours.uri or client.application_uri
             await client.set_security(
-                SecurityPolicyBasic256Sha256,
+                policy,
                 certificate=sec.certificate,
                 private_key=sec.private_key,
-                server_certificate=sec.server_certificate,
-                mode=mode,
+                server_certificate=der,
+                mode=getattr(ua.MessageSecurityMode, sec.mode),
             )
+
+            async def validate(cert: Any, app: Any) -> None:  # CreateSession: the same certificate
+                from cryptography.hazmat.primitives.serialization import Encoding
+
+                if cert.public_bytes(Encoding.DER) != der:
+                    raise ua.UaError("the server changed its certificate during the handshake")
+
+            client.certificate_validator = validate
         if c.username:
             client.set_user(c.username)
             if c.password_file:
                 # Read on every connect: a rotated credential is picked up without a restart.
                 client.set_password(Path(c.password_file).read_text(encoding="utf-8").rstrip("\r\n"))
+
+    async def _server_certificate(self, client: Any, uri: str, mode: str) -> bytes:
+        """The certificate of the server's endpoint for our policy and mode (not yet trusted)."""
+        endpoints = await client.connect_and_get_server_endpoints()
+        for ep in endpoints:
+            if ep.SecurityPolicyUri == uri and ep.SecurityMode == getattr(ua.MessageSecurityMode, mode):
+                return first_certificate(bytes(ep.ServerCertificate or b""))
+        offered = sorted(
+            {f"{e.SecurityPolicyUri.rsplit('#', 1)[-1]}/{e.SecurityMode.name}" for e in endpoints}
+        )
+        raise SourceUnavailable(
+            f"the server offers no {uri.rsplit('#', 1)[-1]}/{mode} endpoint (it offers {', '.join(offered)})"
+        )
 
     async def close(self) -> None:
         client, self.client = self.client, None
@@ -245,25 +337,32 @@ class OpcUaSource:
             async with asyncio.timeout(self.conn.timeout):
                 dvs = await self.client.read_attributes(self.nodes)
         except ua.UaError as exc:
-            raise SourceUnavailable(f"read refused: {type(exc).__name__}") from exc
+            raise SourceUnavailable(self._ua_error("read refused", exc)) from exc
         except UA_ERRORS as exc:
             raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
+        if len(dvs) != len(self.keys):
+            raise SourceUnavailable(f"read answered {len(dvs)} values for {len(self.keys)} nodes")
         read_at = self.clock()
         values: dict[str, Any] = {}
         stamps: dict[str, Any] = {}
         bad: dict[str, str] = {}
         for key, dv in zip(self.keys, dvs, strict=True):
-            if dv.StatusCode.is_good():
+            if not dv.StatusCode.is_good():
+                bad[key] = dv.StatusCode.name
+            elif (problem := self._value_problem(key, dv.Value.Value)) is not None:
+                bad[key] = f"refused: {problem}"
+            else:
                 values[key] = dv.Value.Value
                 stamps[key] = dv.SourceTimestamp
-            else:
-                bad[key] = dv.StatusCode.name
         boot, boot_error = None, None
         if self.dev.boot_id is not None:
             boot_error = bad.get("boot")
+            if boot_error is None and values.get("boot") is not None:
+                try:
+                    boot = boot_number(values["boot"])
+                except BadValue as exc:
+                    boot_error = f"refused: {exc}"
             self.errors.set("boot id", f"status {boot_error}" if boot_error else None)
-            if values.get("boot"):
-                boot = str(values["boot"])
         reads = tuple(self._channel(ch, values, stamps, bad) for ch in self.dev.channels)
         ring, ring_error = self._ring(values, bad)
         return Snapshot(
@@ -278,6 +377,14 @@ class OpcUaSource:
             ring=ring,
             ring_error=ring_error,
         )
+
+    def _value_problem(self, key: str, value: Any) -> str | None:
+        ring = self.dev.ring
+        if ring is not None and key.startswith("ring.") and key not in ("ring.head", "ring.capacity"):
+            return array_problem(value, ring.slot_count)
+        if key == "start_time" and value is not None and not isinstance(value, datetime):
+            return f"{type(value).__name__} where a date-time is expected"
+        return scalar_problem(value)
 
     def _channel(
         self, ch: Channel, values: dict[str, Any], stamps: dict[str, Any], bad: dict[str, str]
@@ -297,10 +404,10 @@ class OpcUaSource:
             got["source_timestamp"] = _ts(stamps[f"{ch.name}.state"])
         if errors:
             raw["error"] = "; ".join(errors)
-        self.errors.set(f"channel {ch.name}", raw.get("error"))
-        if "transition_id" in got and not isinstance(got["transition_id"], bool):
-            got["transition_id"] = int(got["transition_id"])
-        return channel_read(ch, got, raw)
+        read = channel_read(ch, got, raw)
+        self.errors.set(f"channel {ch.name}", read.error)
+        self.errors.set(f"channel {ch.name} values", "; ".join(read.raw.get("flags", ())) or None)
+        return read
 
     def _ring(self, values: dict[str, Any], bad: dict[str, str]) -> tuple[RingRead | None, str | None]:
         ring = self.dev.ring
@@ -319,38 +426,49 @@ class OpcUaSource:
             item = ring_item(self.dev, {name: arrays[name][k] for name in arrays})
             if item is not None:
                 entries.append(item)
-        capacity = int(values.get("ring.capacity") or ring.capacity.value or count)
-        return RingRead(int(values["ring.head"]), capacity, tuple(entries)), None
+        head, cap = values["ring.head"], values.get("ring.capacity")
+        if not _whole(head) or not (cap is None or _whole(cap)):
+            error = f"ring head {head!r} or capacity {cap!r} is not a whole number"
+            self.errors.set("ring", error)
+            return None, error
+        capacity = int(cap or ring.capacity.value or count)
+        return RingRead(int(head), capacity, tuple(entries)), None
 
     def _event_item(self, ev: Any) -> RingItem | None:
-        """A TransitionEventType event as an entry with full identity (BootId 0 = none)."""
-        try:
-            channel, tid = getattr(ev, "Channel", None), int(getattr(ev, "TransitionId", 0) or 0)
-            boot, state = getattr(ev, "BootId", 0), getattr(ev, "State", None)
-            stime = getattr(ev, "SourceTime", None)
-        except (TypeError, ValueError):
+        """A TransitionEventType event as an entry with full identity (BootId 0 = none); None for an
+        event whose fields are refused (docs/pollers.md, "Bad values")."""
+        fields = {
+            k: getattr(ev, k, None) for k in ("Channel", "TransitionId", "BootId", "State", "SourceTime")
+        }
+        if any(scalar_problem(v) is not None for v in fields.values()):
+            self.errors.set("events", f"event refused: a field is no single value ({sorted(fields)})")
             return None
-        ch = ring_channel(self.dev, channel)
+        try:
+            tid = identity_number(fields["TransitionId"] or 0)
+            boot = boot_number(fields["BootId"] or 0)
+        except BadValue as exc:
+            self.errors.set("events", f"event refused: {exc}")
+            return None
+        ch = ring_channel(self.dev, fields["Channel"])
+        state, _ = payload_value(fields["State"])
         if ch is None or state is None:
             return None
+        self.errors.set("events", None)
         ts_field: Field | None = ch.source_timestamp
-        ts = time_text(stime, ts_field.unit, ts_field.clock) if isinstance(stime, int) and ts_field else None
+        stime = fields["SourceTime"]
+        ts = timestamp_value(stime, ts_field)[0] if isinstance(stime, int) and ts_field else None
         if ch.time_from_state:
             ts = _ts(getattr(ev, "Time", None))
         return RingItem(
             seq=0,
             channel=ch.name,
             transition_id=tid,
-            boot_id=str(boot) if boot else None,
-            state=ch.state.values.get(int(state), state),
+            boot_id=boot,
+            state=ch.state.values.get(state, state) if isinstance(state, int) else state,
             source_timestamp=ts,
-            raw={
-                "event": {
-                    "Channel": channel,
-                    "TransitionId": tid,
-                    "BootId": boot,
-                    "State": state,
-                    "SourceTime": stime,
-                }
-            },
+            raw={"event": {**fields, "TransitionId": tid}},
         )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -64,7 +64,7 @@ def describe(der: bytes) -> CertInfo:
         pass
     return CertInfo(
         subject=cert.subject.rfc4514_string(),
-        thumbprint=_hex(hashlib.sha1(der).digest()),  # noqa: S324 - the OPC UA thumbprint is SHA-1
+        thumbprint=_hex(hashlib.sha1(der, usedforsecurity=False).digest()),  # OPC UA thumbprints are SHA-1
         sha256=_hex(hashlib.sha256(der).digest()),
         not_before=cert.not_valid_before_utc,
         not_after=cert.not_valid_after_utc,

@@ -1,0 +1,82 @@
+"""Optional Prometheus endpoint (off by default; `metrics: {listen: "127.0.0.1:9108"}`).
+
+The exporter serves from its own thread; it reads a snapshot dict that the service's status
+loop replaces every few seconds (one assignment, so a scrape never sees half an update).
+Counts are kept apart as everywhere: polls, read errors, decisions by kind (arrivals),
+boots, gaps and anomalies, backlog, delivery attempts, dead letters, store size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotCollector(Collector):
+    """Turns the service's latest snapshot into metric families at scrape time."""
+
+    def __init__(self) -> None:
+        self.snapshot: dict[str, Any] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        polls = CounterMetricFamily("edge_agent_polls", "Successful polls", labels=["device", "connection"])
+        errors = CounterMetricFamily(
+            "edge_agent_read_errors", "Failed reads", labels=["device", "connection"]
+        )
+        up = GaugeMetricFamily(
+            "edge_agent_connection_up", "1 when the last poll answered", labels=["device", "connection"]
+        )
+        for c in snap.get("connections", []):
+            labels = [c["device"], c["receiver"]]
+            polls.add_metric(labels, c["polls"])
+            errors.add_metric(labels, c["read_errors"])
+            up.add_metric(labels, 1.0 if c["state"] == "up" else 0.0)
+        yield from (polls, errors, up)
+        decisions = CounterMetricFamily(
+            "edge_agent_decisions", "Arrivals by decision since start", labels=["decision"]
+        )
+        for decision, n in sorted(snap.get("decisions", {}).items()):
+            decisions.add_metric([decision], n)
+        yield decisions
+        rec = snap.get("recorder", {})
+        for name, key, text in (
+            ("edge_agent_boot_sightings", "boots", "Boot ids read from controllers since start"),
+            ("edge_agent_anomalies", "anomalies", "Gap, wrap, reset and overrun records since start"),
+            ("edge_agent_store_write_failures", "store_errors", "Failed store commits (disk or quota full)"),
+        ):
+            yield CounterMetricFamily(name, text, value=rec.get(key, 0))
+        backlog = GaugeMetricFamily(
+            "edge_agent_backlog", "Outbox rows not yet delivered", labels=["upstream"]
+        )
+        dead = GaugeMetricFamily(
+            "edge_agent_dead_letters", "Outbox rows rejected upstream", labels=["upstream"]
+        )
+        attempts = CounterMetricFamily(
+            "edge_agent_delivery_attempts", "Upstream sends, retries included", labels=["upstream"]
+        )
+        for u in snap.get("outbox", []):
+            backlog.add_metric([u["upstream"]], u["pending"])
+            dead.add_metric([u["upstream"]], u["rejected"])
+            attempts.add_metric([u["upstream"]], u["attempts"])
+        yield from (backlog, dead, attempts)
+        yield GaugeMetricFamily(
+            "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
+        )
+
+
+def serve(listen: str, collector: SnapshotCollector) -> None:
+    """Start the exporter on `host:port` (the config loader keeps it on a loopback address by default)."""
+    from prometheus_client import start_http_server
+
+    host, _, port = listen.rpartition(":")
+    registry = CollectorRegistry()
+    registry.register(collector)
+    start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
+    log.info("metrics endpoint listening on http://%s:%s/metrics", host or "127.0.0.1", port)
