@@ -432,6 +432,10 @@ from agent.cli_service import run_cmd, status_cmd  # noqa: E402  (the service, i
 cli.add_command(run_cmd)
 cli.add_command(status_cmd)
 
+from agent.cli_certs import certs  # noqa: E402  (OPC UA client certificate, issue 7)
+
+cli.add_command(certs)
+
 
 if __name__ == "__main__":
     main()

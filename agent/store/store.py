@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -68,6 +69,20 @@ def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
     return StoreError(f"Store {path}: {text}")
 
 
+def _create_private(path: str) -> None:
+    """Create a new store file 0600 (events are plant data): SQLite would make it 0644 minus the
+    umask, and its -wal and -shm files copy the database file's mode. An existing file keeps
+    its mode (an operator may have chosen 0640 for a reading group)."""
+    if path.startswith((":", "file:")) or os.path.exists(path):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # another process created it just now
+    except OSError:
+        pass  # e.g. a missing directory: connect() reports it with the store's own message
+
+
 class Store:
     """The only writer of identity decisions. Use `await Store.open(path)`; close with `await close()`."""
 
@@ -96,6 +111,7 @@ class Store:
         spath = str(path)
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise StoreError(f"synchronous={synchronous!r}: use FULL (default), EXTRA or NORMAL")
+        _create_private(spath)
         try:
             db = await aiosqlite.connect(spath, isolation_level=None, timeout=busy_timeout_s)
         except sqlite3.Error as exc:

@@ -1,0 +1,333 @@
+"""The real agent process and the fault campaigns shared by `tests/faults/` and `bench/faults.py`.
+
+`AgentProcess` runs `python -m agent.cli run -c FILE` (optionally under a prefix such as
+`faketime`), waits for its "started" log line, and kills it (-9) or stops it (SIGTERM). The
+campaigns drive a real `devices.plant.Plant` (Modbus simulators in this process), the real
+recording HTTP receiver (`devices.upstream.Receiver`) and a real SQLite file, and end with the
+one checker (`checker.check`). Loaded by file path (no package), like `checker.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devices.controller import ChannelSpec, Controller
+from devices.plant import Plant
+from devices.upstream import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = "plant-1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+STOP_TIMEOUT_S = 30.0  # TimeoutStopSec= of systemd/edge-agent.service
+
+_here = Path(__file__).resolve().parent
+if str(_here) not in sys.path:  # checker.py is a sibling file, not a package module
+    sys.path.insert(0, str(_here))
+import checker  # noqa: E402
+
+
+def controllers(n: int, *, ring: int = 10, channels: Sequence[str] = ("Trip", "OverTemp")) -> list[Controller]:
+    return [Controller(f"PLC-{i:02d}", [ChannelSpec(c) for c in channels], ring_capacity=ring) for i in range(n)]
+
+
+def write_config(
+    path: Path,
+    *,
+    store: Path,
+    devices: list[dict[str, Any]],
+    upstreams: list[dict[str, Any]],
+    poll: str = "100ms",
+    max_size: str | None = None,
+    device_backoff: tuple[str, str] = ("100ms", "1s"),
+) -> Path:
+    doc: dict[str, Any] = {
+        "site": SITE,
+        "gateway": "gw-faults",
+        "store": {"path": str(store), **({"max_size": max_size} if max_size else {})},
+        "upstreams": upstreams,
+        "devices": devices,
+    }
+    for dev in doc["devices"]:
+        dev["poll"] = poll
+        dev["backoff"] = {"initial": device_backoff[0], "max": device_backoff[1]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def http_upstream(url: str, *, batch_size: int = 100) -> dict[str, Any]:
+    return {
+        "name": "historian",
+        "http": {"url": url, "batch_size": batch_size, "backoff": {"initial": "50ms", "max": "500ms"}},
+    }
+
+
+def mqtt_upstream(port: int) -> dict[str, Any]:
+    return {
+        "name": "central",
+        "mqtt": {
+            "url": f"mqtt://127.0.0.1:{port}",
+            "connect_timeout": "2s",
+            "ack_timeout": "2s",
+            "backoff": {"initial": "50ms", "max": "500ms"},
+            "max_inflight": 100,
+        },
+    }
+
+
+class AgentProcess:
+    """One `edge-agent run` process at a time for one config; its stderr goes to `log`."""
+
+    def __init__(self, config: Path, log: Path, *, prefix: Sequence[str] = (), env: dict[str, str] | None = None):
+        self.config, self.log, self.prefix = config, log, list(prefix)
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+        self._offset = 0
+
+    async def start(self) -> None:
+        assert self.proc is None or self.proc.returncode is not None, "already running"
+        self._offset = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.prefix, sys.executable, "-m", "agent.cli", "run", "-c", str(self.config),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err, env=self.env,
+            )  # fmt: skip
+        self.starts += 1
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def this_run(self) -> str:
+        """The log lines written since the last start."""
+        with self.log.open("rb") as f:
+            f.seek(self._offset)
+            return f.read().decode(errors="replace")
+
+    async def wait_for_log(self, text: str, timeout: float = 20.0) -> float:
+        """Seconds until `text` appears in this run's log; fails if the process exits first."""
+        t0 = time.monotonic()
+        while text not in self.this_run():
+            if self.proc is not None and self.proc.returncode is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode} before {text!r}:\n{self.this_run()}")
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"{text!r} not in the agent's log after {timeout}s:\n{self.this_run()[-3000:]}")
+            await asyncio.sleep(0.02)
+        return time.monotonic() - t0
+
+    async def started(self, timeout: float = 20.0) -> float:
+        return await self.wait_for_log("started devices=", timeout)
+
+    async def kill9(self) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self, timeout: float = STOP_TIMEOUT_S) -> tuple[int, float]:
+        """SIGTERM; (exit code, seconds to exit). Killed (-9) and failed if it overruns `timeout`."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            await self.kill9()
+            raise AssertionError(f"agent did not exit within {timeout}s of SIGTERM:\n{self.this_run()[-3000:]}")
+        return rc, time.monotonic() - t0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the agent process so far (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    async def close(self) -> None:
+        if self.alive():
+            await self.kill9()
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> float:
+    t0 = time.monotonic()
+    while not check():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"{what} not reached within {timeout}s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - t0
+
+
+@dataclass
+class Load:
+    """Random transitions on a plant, recording every key it made."""
+
+    plant: Plant
+    made: set[checker.Key] = field(default_factory=set)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def start(self, rate: float, seed: int) -> None:
+        self.stop.clear()
+        self.task = asyncio.create_task(self._run(rate, seed), name="load")
+
+    async def _run(self, rate: float, seed: int) -> None:
+        rng = random.Random(seed)
+        targets = [(c, ch.name) for c in self.plant.controllers.values() for ch in c.channels]
+        while not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), rng.expovariate(rate))
+                break
+            ctrl, channel = rng.choice(targets)
+            await self.transition(ctrl.name, channel)
+
+    async def transition(self, device: str, channel: str) -> None:
+        entry = await self.plant.transition(device, channel)
+        self.made.add((f"{device}/{channel}", str(entry.transition_id), str(entry.boot_id)))
+
+    async def halt(self) -> None:
+        self.stop.set()
+        if self.task is not None:
+            await self.task
+            self.task = None
+
+
+@contextlib.asynccontextmanager
+async def rig(
+    work: Path, *, devices: int = 4, poll: str = "100ms", batch_size: int = 100, max_size: str | None = None,
+    store: Path | None = None, ring: int = 10,
+) -> AsyncIterator[tuple[Plant, Receiver, AgentProcess, Load]]:  # fmt: skip
+    """A Modbus plant, a recording HTTP receiver, an agent configured for both (not started)."""
+    async with Plant(controllers(devices, ring=ring), opcua_port=None) as plant, Receiver(keep=True) as rx:
+        cfg = write_config(
+            work / "config.yaml",
+            store=store or work / "events.db",
+            devices=plant.device_configs(),
+            upstreams=[http_upstream(rx.url, batch_size=batch_size)],
+            poll=poll,
+            max_size=max_size,
+        )
+        agent = AgentProcess(cfg, work / "agent.log")
+        try:
+            yield plant, rx, agent, Load(plant)
+        finally:
+            await agent.close()
+
+
+async def drain_and_check(
+    agent: AgentProcess, rx: Receiver, db: Path, load: Load, tracker: checker.Tracker | None = None,
+    timeout: float = 60.0,
+) -> checker.Verdict:  # fmt: skip
+    """With the load stopped: run the agent until every made key is stored and upstream, stop it."""
+    if not agent.alive():
+        await agent.start()
+        await agent.started()
+
+    def settled() -> bool:
+        keys = set(checker.committed_keys(db))
+        return load.made <= keys and {checker.cloud_id(SITE, k) for k in keys} <= rx.distinct
+
+    await eventually(settled, timeout, "all made events stored and upstream")
+    rc, _ = await agent.stop()
+    assert rc == 0, agent.this_run()[-3000:]
+    return checker.check(db, site=SITE, upstream_events=rx.events, tracker=tracker, made=load.made, log=agent.log)
+
+
+async def kill_campaign(work: Path, *, kills: int, seed: int, rate: float = 10.0) -> dict[str, Any]:
+    """`kills` x (start the agent, let it poll, record and forward for a random time, kill -9).
+
+    One kill in five lands during start-up (store open, migrations, first connects); the rest
+    at a uniform random point of up to 1.2 s after the "started" line, while transitions come in
+    at `rate` per second and the forwarder drains. After each kill the store is read (every key
+    seen committed is acknowledged) and checked with `PRAGMA integrity_check`.
+    """
+    rng = random.Random(seed)
+    db = work / "events.db"
+    t0 = time.monotonic()
+    async with rig(work, devices=4) as (_plant, rx, agent, load):
+        tracker = checker.Tracker(db)
+        load.start(rate, seed)
+        for _ in range(kills):
+            await agent.start()
+            if rng.random() < 0.2:
+                await asyncio.sleep(rng.uniform(0.05, 0.9))
+            else:
+                await agent.started()
+                await asyncio.sleep(rng.uniform(0.0, 1.2))
+            await agent.kill9()
+            tracker.snapshot()
+        await load.halt()
+        verdict = await drain_and_check(agent, rx, db, load, tracker)
+    return {
+        "kills": kills,
+        "seed": seed,
+        "acknowledged": verdict.acknowledged,
+        "lost": len(verdict.lost),
+        "duplicates": len(verdict.duplicates),
+        "integrity_failures": len(verdict.integrity),
+        "canonical_without_outbox": verdict.without_outbox,
+        "made": verdict.made,
+        "committed": verdict.committed,
+        "upstream_distinct": verdict.upstream_distinct,
+        "upstream_redeliveries": rx.redeliveries,
+        "upstream_missing": len(verdict.upstream_missing),
+        "upstream_invented": len(verdict.upstream_invented),
+        "tracebacks": verdict.tracebacks,
+        "seconds": round(time.monotonic() - t0, 1),
+        "problems": verdict.problems(),
+    }
+
+
+async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 50.0) -> dict[str, Any]:
+    """`stops` x (build a backlog while the upstream is away, bring it back, SIGTERM mid-drain).
+
+    Each stop must exit 0 within the unit's TimeoutStopSec; nothing committed may be lost.
+    """
+    rng = random.Random(seed)
+    db = work / "events.db"
+    worst = 0.0
+    codes: list[int] = []
+    async with rig(work, devices=4, batch_size=20) as (_plant, rx, agent, load):
+        tracker = checker.Tracker(db)
+        for _ in range(stops):
+            await agent.start()
+            await agent.started()
+            rx.stall(0.05)  # a slow upstream: the drain takes a while
+            rx.fail(503)
+            load.start(rate, rng.randrange(1 << 30))
+            await asyncio.sleep(rng.uniform(0.5, 1.0))
+            await load.halt()
+            rx.heal()
+            await asyncio.sleep(rng.uniform(0.0, 0.5))  # the drain is under way
+            rc, took = await agent.stop()
+            codes.append(rc)
+            worst = max(worst, took)
+            tracker.snapshot()
+        rx.release()
+        verdict = await drain_and_check(agent, rx, db, load, tracker)
+    return {
+        "stops": stops,
+        "exit_codes": sorted(set(codes)),
+        "worst_stop_s": round(worst, 2),
+        **{k: v for k, v in verdict.figures().items()},
+        "problems": verdict.problems(),
+    }
