@@ -23,6 +23,9 @@ from agent.store.retention import RetentionSettings
 EX_IOERR = 74
 EX_CONFIG = 78
 STALE_AFTER_S = 30.0
+# Below this much free space on the store's filesystem, SQLite cannot commit (new pages, WAL
+# frames): the service cannot even write its live state then, so `status` says it from here.
+FS_FULL_BYTES = 256 * 1024
 
 
 @click.command("run")
@@ -114,11 +117,30 @@ async def collect_status(store: Any, config_path: str) -> dict[str, Any]:
     upstreams = [asdict(c) for c in await Outbox(store).counts()]
     return {
         "now": format_timestamp(now),
-        "store": {"path": store.path, **asdict(b)},
+        "store": {
+            "path": store.path,
+            **asdict(b),
+            "problem": store_problem(service, running, b.fs_free_bytes),
+        },
         "running": running,
         "service": service,
         "upstreams": upstreams,
     }
+
+
+def store_problem(service: dict[str, Any] | None, running: bool, fs_free_bytes: int) -> str | None:
+    """Why the store cannot be written now, if it cannot: the running service's recorder says
+    so in its live state; a full filesystem is seen from here, since the service cannot write
+    its live state then."""
+    recorder = (service or {}).get("recorder") or {}
+    if running and recorder.get("store_problem"):
+        return str(recorder["store_problem"])
+    if fs_free_bytes < FS_FULL_BYTES:
+        return (
+            f"the store's filesystem is full ({fs_free_bytes} bytes free): nothing can be committed "
+            "until space is freed; the service holds what it reads and retries"
+        )
+    return None
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
@@ -168,4 +190,6 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         out.append(f"  history that fits at the current rate: {st['days_that_fit']:.0f} days")
     if st.get("warning"):
         out.append(f"  WARNING: {st['warning']}")
+    if st.get("problem"):
+        out.append(f"  STORE PROBLEM: {st['problem']}")
     return out

@@ -76,6 +76,7 @@ async def _script(plant: Plant, rx: Receiver, say: Say) -> None:
     await asyncio.sleep(3.5)
     say("the link to VALVE-01 is cut; meanwhile it changes 3 times (kept in its ring buffer)")
     await plant.modbus["VALVE-01"].cut_link()
+    await asyncio.sleep(0.5)  # let a read that was in flight at the cut finish first
     await flips("VALVE-01", "Open", 3, pause=0.3)
     await asyncio.sleep(1.0)
     say("the link comes back: the agent reads the ring and records every entry with the boot id it carries")

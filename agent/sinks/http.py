@@ -47,8 +47,14 @@ def read_secret(path: str) -> str:
 
 
 def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None) -> ssl.SSLContext:
-    """Verify the server (pinned CA if given, else the system store); optional client certificate."""
+    """Verify the server (pinned CA if given, else the system store); optional client certificate.
+
+    TLS 1.2 or newer, certificate and host name checked (``create_default_context`` does both; the
+    floor is set here so that an OpenSSL configured to allow TLS 1.0 does not lower it). With
+    ``ca_file`` only that CA is trusted, not the system store."""
     ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname, ctx.verify_mode = True, ssl.CERT_REQUIRED
     if cert_file is not None:
         ctx.load_cert_chain(cert_file, key_file)
     return ctx

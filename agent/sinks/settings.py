@@ -101,7 +101,7 @@ class MqttUpstream:
 
     def problems(self) -> list[str]:
         out = _common_problems(self.name, self.batch_size, self.read_size, self.backfill, self.backoff)
-        out += _tls_problems(self.cert_file, self.key_file)
+        out += _tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
         scheme = urlsplit(self.url).scheme
         if scheme not in ("mqtt", "mqtts") or not urlsplit(self.url).hostname:
             out.append(f"url: {self.url!r} must look like mqtt://host:1883 or mqtts://host:8883")
@@ -153,7 +153,7 @@ class HttpUpstream:
 
     def problems(self) -> list[str]:
         out = _common_problems(self.name, self.batch_size, self.read_size, self.backfill, self.backoff)
-        out += _tls_problems(self.cert_file, self.key_file)
+        out += _tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             out.append(f"url: {self.url!r} must look like https://host/path")
@@ -195,6 +195,13 @@ def _common_problems(name: str, batch: int, read: int, backfill: str, backoff: B
     if backoff.initial_s <= 0 or backoff.max_s < backoff.initial_s:
         out.append("backoff: initial_s must be positive and max_s at least initial_s")
     return out
+
+
+def url_problems(url: str) -> list[str]:
+    """A secret in a URL would sit in the config and in every log line that names the upstream."""
+    if urlsplit(url).password is not None:
+        return ["url: must not carry a password; use password_file / token_file"]
+    return []
 
 
 def _tls_problems(cert: str | None, key: str | None) -> list[str]:

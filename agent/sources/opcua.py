@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -81,6 +82,15 @@ POLICY_CLASSES = {
     "Aes256_Sha256_RsaPss": "SecurityPolicyAes256Sha256RsaPss",
 }
 TOO_LARGE = ("BadRequestTooLarge", "BadResponseTooLarge")
+# What asyncua's decoder lets through for a malformed or hostile answer (a Variant nested
+# thousands deep is a RecursionError); mapped at this boundary so one server cannot stop the agent.
+UNDECODABLE = (RecursionError, struct.error, UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError)
+
+
+def _undecodable(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "values nested deeper than can be decoded"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 class _BoundedClient(Client):  # type: ignore[misc]
@@ -182,6 +192,8 @@ class OpcUaSource:
             raise SourceUnavailable(self._ua_error("refused", exc)) from exc
         except UA_ERRORS as exc:
             raise SourceUnavailable(f"cannot connect: {exc or type(exc).__name__}") from exc
+        except UNDECODABLE as exc:
+            raise SourceUnavailable(f"refused: an answer cannot be decoded ({_undecodable(exc)})") from exc
         self.tracker.reconnected()
         self.next_reconcile = 0.0
 
@@ -340,6 +352,10 @@ class OpcUaSource:
             raise SourceUnavailable(self._ua_error("read refused", exc)) from exc
         except UA_ERRORS as exc:
             raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
+        except UNDECODABLE as exc:  # asyncua decodes the response in the awaiting task
+            raise SourceUnavailable(
+                f"read refused: the response cannot be decoded ({_undecodable(exc)})"
+            ) from exc
         if len(dvs) != len(self.keys):
             raise SourceUnavailable(f"read answered {len(dvs)} values for {len(self.keys)} nodes")
         read_at = self.clock()

@@ -25,6 +25,8 @@ SCALARS = (bool, int, float, str, datetime)
 
 def _what(value: Any) -> str:
     if isinstance(value, list | tuple):
+        if any(type(v).__name__ == "Variant" for v in value[:1]):
+            return f"an array of {len(value)} nested Variants"
         return f"an array of {len(value)} elements"
     if isinstance(value, str):
         return f"a text of {len(value)} characters"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -163,6 +164,17 @@ class AgentProcess:
                 return int(line.split()[1])
         return 0
 
+    async def status(self) -> dict[str, Any]:
+        """`edge-agent status --json -c FILE`, as an operator would run it next to the service."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent.cli", "status", "--json", "-c", str(self.config),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self.env,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, f"status exited {proc.returncode}: {err.decode()}"
+        doc: dict[str, Any] = json.loads(out)
+        return doc
+
     async def close(self) -> None:
         if self.alive():
             await self.kill9()
@@ -297,10 +309,11 @@ async def kill_campaign(work: Path, *, kills: int, seed: int, rate: float = 10.0
     }
 
 
-async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 50.0) -> dict[str, Any]:
-    """`stops` x (build a backlog while the upstream is away, bring it back, SIGTERM mid-drain).
-
-    Each stop must exit 0 within the unit's TimeoutStopSec; nothing committed may be lost.
+async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 100.0) -> dict[str, Any]:
+    """`stops` x (build a backlog while the upstream fails, let it come back slowly, SIGTERM
+    mid-drain). Every fifth round the upstream hangs instead (takes a request, never answers):
+    the drain is then cut at its bound. Each stop must exit 0 within the unit's TimeoutStopSec;
+    nothing committed may be lost, and what was not acknowledged goes out after the next start.
     """
     rng = random.Random(seed)
     db = work / "events.db"
@@ -308,26 +321,27 @@ async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 50.0
     codes: list[int] = []
     async with rig(work, devices=4, batch_size=20) as (_plant, rx, agent, load):
         tracker = checker.Tracker(db)
-        for _ in range(stops):
+        for n in range(stops):
             await agent.start()
             await agent.started()
-            rx.stall(0.05)  # a slow upstream: the drain takes a while
             rx.fail(503)
             load.start(rate, rng.randrange(1 << 30))
             await asyncio.sleep(rng.uniform(0.5, 1.0))
             await load.halt()
+            await asyncio.sleep(0.3)  # polled and committed
+            rx.stall(None if n % 5 == 4 else 0.2)  # hangs, or answers each batch of 20 after 0.2 s
             rx.heal()
-            await asyncio.sleep(rng.uniform(0.0, 0.5))  # the drain is under way
+            await asyncio.sleep(rng.uniform(0.0, 0.8))  # the drain is under way
             rc, took = await agent.stop()
+            rx.release()
             codes.append(rc)
             worst = max(worst, took)
             tracker.snapshot()
-        rx.release()
         verdict = await drain_and_check(agent, rx, db, load, tracker)
     return {
         "stops": stops,
         "exit_codes": sorted(set(codes)),
         "worst_stop_s": round(worst, 2),
-        **{k: v for k, v in verdict.figures().items()},
+        **verdict.figures(),
         "problems": verdict.problems(),
     }
