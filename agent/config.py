@@ -174,20 +174,41 @@ def _read_yaml(path: Path, shown: str, problems: list[Problem]) -> Any:
     except OSError as exc:
         problems.append(Problem(shown, 0, "", f"cannot read the file: {exc.strerror or exc}"))
         return None
-    loader = _Loader(text)
-    loader.duplicates = []
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        problems.append(Problem(shown, line, "", f"not UTF-8 text (byte {exc.start})"))
+        return None
+    loader: _Loader | None = None
     try:
+        loader = _Loader(text)  # the reader checks for unprintable characters here already
+        loader.duplicates = []
         doc = loader.get_single_data()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 0
-        problems.append(Problem(shown, line, "", f"not valid YAML: {getattr(exc, 'problem', None) or exc}"))
+        problems.append(Problem(shown, _yaml_line(exc, text), "", f"not valid YAML: {_yaml_problem(exc)}"))
+        return None
+    except RecursionError:
+        problems.append(Problem(shown, 0, "", "not valid YAML: nested too deeply"))
         return None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     for line, key in loader.duplicates:
         problems.append(Problem(shown, line, str(key), "duplicate key (the later one would silently win)"))
     return doc
+
+
+def _yaml_line(exc: yaml.YAMLError, text: str) -> int:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return int(mark.line) + 1
+    position = getattr(exc, "position", None)  # a ReaderError (unprintable character) has only this
+    return text[: int(position)].count("\n") + 1 if isinstance(position, int) else 0
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character #x{exc.character:04x} is not allowed in YAML"
+    return str(getattr(exc, "problem", None) or exc)
 
 
 # --- a checked view of one mapping -----------------------------------------------------------

@@ -69,6 +69,7 @@ class ModbusSimServer:
         self._server: Any = None
         self._image: list[int] = []
         self._synced_version = -1
+        self.function_codes: set[int] = set()  # of client requests (tests: the agent only reads)
 
     @property
     def listening(self) -> bool:
@@ -165,6 +166,7 @@ class ModbusSimServer:
         # has): it must never hang, sleep or fail, or the image would fall behind the model.
         if func_code == READ_HOLDING and set_values is not None:
             return None
+        self.function_codes.add(func_code)
         await self._answering.wait()
         if self.delay:
             await asyncio.sleep(self.delay)

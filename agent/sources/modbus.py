@@ -94,6 +94,28 @@ def response_problem(
     return None
 
 
+def channel_from_registers(
+    ch: Channel, got: Mapping[Block, Sequence[int]], word_order: str, error: str | None = None
+) -> ChannelRead:
+    """One channel from the registers read (pure): decode each field, then the shared rules of
+    :func:`agent.sources.readings.channel_read` (identity strict, payload tolerant)."""
+    values: dict[str, Any] = {}
+    raw: dict[str, Any] = {}
+    for name, f in channel_fields(ch):
+        regs = take(got, f)
+        if regs is None:
+            continue
+        try:
+            values[name] = decode(regs, f.type, f.word_order or word_order)
+        except DecodeError as exc:
+            error = str(exc)
+            continue
+        raw[name] = {"register": f.register, "registers": list(regs)}
+    if error:
+        raw["error"] = error
+    return channel_read(ch, values, raw)
+
+
 def _now() -> str:
     return format_timestamp(datetime.now(UTC))
 
@@ -303,22 +325,10 @@ class ModbusSource:
             return None
 
     def _channel(self, ch: Channel, got: Mapping[Block, Sequence[int]], error: str | None) -> ChannelRead:
-        values: dict[str, Any] = {}
-        raw: dict[str, Any] = {}
-        for name, f in channel_fields(ch):
-            regs = take(got, f)
-            if regs is None:
-                continue
-            try:
-                values[name] = decode(regs, f.type, self._word_order(f))
-            except DecodeError as exc:
-                error = str(exc)
-                continue
-            raw[name] = {"register": f.register, "registers": regs}
-        if error:
-            raw["error"] = error
-        self.errors.set(f"channel {ch.name}", error)
-        return channel_read(ch, values, raw)
+        read = channel_from_registers(ch, got, self.dev.word_order, error)
+        self.errors.set(f"channel {ch.name}", read.error)
+        self.errors.set(f"channel {ch.name} values", "; ".join(read.raw.get("flags", ())) or None)
+        return read
 
     async def _with_ring(self, snap: Snapshot) -> Snapshot:
         ring = self.dev.ring

@@ -47,7 +47,10 @@ async def test_metrics_endpoint_counts_polls_decisions_and_store_size(tmp_path: 
             text = await asyncio.to_thread(
                 lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
             )
-            if 'edge_agent_decisions_total{decision="inserted"} 1.0' in text:
+            if (
+                'edge_agent_decisions_total{decision="inserted"} 1.0' in text
+                and "edge_agent_polls_total{" in text
+            ):
                 break
         stop.set()
         await task

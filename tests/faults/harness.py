@@ -32,15 +32,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = "plant-1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 STOP_TIMEOUT_S = 30.0  # TimeoutStopSec= of systemd/edge-agent.service
-
 _here = Path(__file__).resolve().parent
 if str(_here) not in sys.path:  # checker.py is a sibling file, not a package module
     sys.path.insert(0, str(_here))
 import checker  # noqa: E402
 
 
-def controllers(n: int, *, ring: int = 10, channels: Sequence[str] = ("Trip", "OverTemp")) -> list[Controller]:
-    return [Controller(f"PLC-{i:02d}", [ChannelSpec(c) for c in channels], ring_capacity=ring) for i in range(n)]
+def controllers(
+    n: int, *, ring: int = 10, channels: Sequence[str] = ("Trip", "OverTemp")
+) -> list[Controller]:
+    return [
+        Controller(f"PLC-{i:02d}", [ChannelSpec(c) for c in channels], ring_capacity=ring) for i in range(n)
+    ]
 
 
 def write_config(
@@ -90,7 +93,9 @@ def mqtt_upstream(port: int) -> dict[str, Any]:
 class AgentProcess:
     """One `edge-agent run` process at a time for one config; its stderr goes to `log`."""
 
-    def __init__(self, config: Path, log: Path, *, prefix: Sequence[str] = (), env: dict[str, str] | None = None):
+    def __init__(
+        self, config: Path, log: Path, *, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+    ):
         self.config, self.log, self.prefix = config, log, list(prefix)
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc: asyncio.subprocess.Process | None = None
@@ -123,9 +128,13 @@ class AgentProcess:
         t0 = time.monotonic()
         while text not in self.this_run():
             if self.proc is not None and self.proc.returncode is not None:
-                raise AssertionError(f"agent exited {self.proc.returncode} before {text!r}:\n{self.this_run()}")
+                raise AssertionError(
+                    f"agent exited {self.proc.returncode} before {text!r}:\n{self.this_run()}"
+                )
             if time.monotonic() - t0 > timeout:
-                raise AssertionError(f"{text!r} not in the agent's log after {timeout}s:\n{self.this_run()[-3000:]}")
+                raise AssertionError(
+                    f"{text!r} not in the agent's log after {timeout}s:\n{self.this_run()[-3000:]}"
+                )
             await asyncio.sleep(0.02)
         return time.monotonic() - t0
 
@@ -147,7 +156,9 @@ class AgentProcess:
             rc = await asyncio.wait_for(self.proc.wait(), timeout)
         except TimeoutError:
             await self.kill9()
-            raise AssertionError(f"agent did not exit within {timeout}s of SIGTERM:\n{self.this_run()[-3000:]}")
+            raise AssertionError(
+                f"agent did not exit within {timeout}s of SIGTERM:\n{self.this_run()[-3000:]}"
+            ) from None
         return rc, time.monotonic() - t0
 
     def alive(self) -> bool:
@@ -261,7 +272,9 @@ async def drain_and_check(
     await eventually(settled, timeout, "all made events stored and upstream")
     rc, _ = await agent.stop()
     assert rc == 0, agent.this_run()[-3000:]
-    return checker.check(db, site=SITE, upstream_events=rx.events, tracker=tracker, made=load.made, log=agent.log)
+    return checker.check(
+        db, site=SITE, upstream_events=rx.events, tracker=tracker, made=load.made, log=agent.log
+    )
 
 
 async def kill_campaign(work: Path, *, kills: int, seed: int, rate: float = 10.0) -> dict[str, Any]:

@@ -34,7 +34,9 @@ def small_tmpfs(where: Path, size: str = "4m") -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs for a real full disk needs root")
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     try:
@@ -55,7 +57,9 @@ def fill(path: Path) -> int:
         os.close(fd)
 
 
-async def test_a_full_disk_holds_events_says_so_and_resumes_by_itself(harness: ModuleType, tmp_path: Path) -> None:
+async def test_a_full_disk_holds_events_says_so_and_resumes_by_itself(
+    harness: ModuleType, tmp_path: Path
+) -> None:
     with small_tmpfs(tmp_path / "disk") as disk:
         db = disk / "events.db"
         async with harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s", store=db) as (_plant, rx, agent, load):

@@ -19,7 +19,9 @@ STOPS_IN_CI = 5
 pytestmark = pytest.mark.timeout(150)
 
 
-async def test_sigterm_during_a_drain_exits_in_time_and_loses_nothing(harness: ModuleType, tmp_path: Path) -> None:
+async def test_sigterm_during_a_drain_exits_in_time_and_loses_nothing(
+    harness: ModuleType, tmp_path: Path
+) -> None:
     figures = await harness.stop_campaign(tmp_path, stops=STOPS_IN_CI, seed=11)
     text = json.dumps(figures)
     assert figures["exit_codes"] == [0], text
