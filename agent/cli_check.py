@@ -14,9 +14,6 @@ import click
 from agent import config
 from agent.errors import ConfigError, SourceUnavailable
 from agent.settings import DEFAULT_CONFIG
-from agent.sources.modbus import ModbusSource
-from agent.sources.opcua import OpcUaSource
-from agent.sources.pollers import build_source
 from agent.transitions import Snapshot
 
 EX_UNAVAILABLE = 69
@@ -69,6 +66,12 @@ async def _probe_all(cfg: config.Config, timeout: float) -> bool:
 
 
 async def _probe(device: config.Device, conn: config.Connection, timeout: float) -> str:
+    # The protocol libraries (asyncua alone takes ~0.4 s to import) are loaded only to probe,
+    # so every other command starts fast.
+    from agent.sources.modbus import ModbusSource
+    from agent.sources.opcua import OpcUaSource
+    from agent.sources.pollers import build_source
+
     source = build_source(device, conn)
     assert isinstance(source, ModbusSource | OpcUaSource)
     try:
