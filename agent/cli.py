@@ -11,7 +11,7 @@ import csv
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +293,34 @@ async def _print_tables(store: Store, sort: str, limit: int | None) -> None:
         )
 
 
+def _list_records(
+    obj: Context,
+    as_json: bool,
+    rows_of: Callable[[Store], AsyncIterator[dict[str, Any]]],
+    columns: tuple[tuple[str, str], ...],
+    empty: str,
+    width: int = 48,
+) -> None:
+    """One record per line as JSON, or a table for people."""
+
+    async def go() -> list[dict[str, Any]]:
+        store = await obj.open_store()
+        try:
+            return await _collect(rows_of(store))
+        finally:
+            await store.close()
+
+    rows = run_async(go)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r, ensure_ascii=False))
+    elif not rows:
+        click.echo(empty)
+    else:
+        for line in render.table(render.headers_of(columns), render.rows_of(rows, columns), width):
+            click.echo(line)
+
+
 @cli.command("pending")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
@@ -302,26 +330,13 @@ def pending_cmd(obj: Context, as_json: bool) -> None:
     They are kept, never merged with anything, and no boot id is made up for
     them; they wait here for a person.
     """
-
-    async def go() -> None:
-        store = await obj.open_store()
-        try:
-            rows = await _collect(report.pending(store.db))
-        finally:
-            await store.close()
-        if as_json:
-            for r in rows:
-                click.echo(json.dumps(r, ensure_ascii=False))
-            return
-        if not rows:
-            click.echo("no identity-incomplete arrivals")
-            return
-        for line in render.table(
-            render.headers_of(render.ARRIVAL_COLUMNS), render.rows_of(rows, render.ARRIVAL_COLUMNS)
-        ):
-            click.echo(line)
-
-    run_async(go)
+    _list_records(
+        obj,
+        as_json,
+        lambda s: report.pending(s.db),
+        render.ARRIVAL_COLUMNS,
+        "no identity-incomplete arrivals",
+    )
 
 
 @cli.command("boots")
@@ -329,26 +344,7 @@ def pending_cmd(obj: Context, as_json: bool) -> None:
 @click.pass_obj
 def boots_cmd(obj: Context, as_json: bool) -> None:
     """List BootObserved records: each controller generation, its predecessor and the evidence."""
-
-    async def go() -> None:
-        store = await obj.open_store()
-        try:
-            rows = await _collect(report.boots(store.db))
-        finally:
-            await store.close()
-        if as_json:
-            for r in rows:
-                click.echo(json.dumps(r, ensure_ascii=False))
-            return
-        if not rows:
-            click.echo("no boots observed")
-            return
-        for line in render.table(
-            render.headers_of(render.BOOT_COLUMNS), render.rows_of(rows, render.BOOT_COLUMNS), 80
-        ):
-            click.echo(line)
-
-    run_async(go)
+    _list_records(obj, as_json, lambda s: report.boots(s.db), render.BOOT_COLUMNS, "no boots observed", 80)
 
 
 @cli.command(
