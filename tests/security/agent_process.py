@@ -14,6 +14,7 @@ import json
 import logging
 import resource
 import sys
+from pathlib import Path
 
 from agent import config
 from agent.recorder import Recorder
@@ -53,12 +54,24 @@ async def main(path: str, seconds: float) -> None:
         await store.close()
     keys = sorted([e["source"], e["transitionId"], e["bootId"]] for e in events)
     out = {
-        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "maxrss_kb": peak_rss_kb(),
         "alive": alive,
         "log": lines.lines,
         "keys": keys,
     }
     print(json.dumps(out), flush=True)
+
+
+def peak_rss_kb() -> int:
+    """Peak RSS of this process image (VmHWM).
+
+    Not getrusage(RUSAGE_SELF).ru_maxrss: Linux carries the parent's high-water mark across
+    fork and exec, so a child of a big pytest process would report pytest's peak.
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 if __name__ == "__main__":
