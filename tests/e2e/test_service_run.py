@@ -1,6 +1,6 @@
 """`edge-agent run` as a real process: simulators, a real HTTP upstream, SIGTERM mid-flow, restart.
 
-Every transition the controllers made must be in the store exactly once and upstream at least
+Every transition the controllers made must be in the store once (one canonical) and upstream at least
 once; the restart re-reads the controllers (duplicates, not new events) and picks up what
 happened while the agent was down from the controllers' ring buffers.
 """

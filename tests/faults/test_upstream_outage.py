@@ -122,6 +122,9 @@ class Broker:
         self.conf.write_text(
             f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
             f"persistence_location {work}/\n"
+            # Mosquitto drops QoS 1 messages for a client beyond 1000 queued (the default) and
+            # keeps them in memory until a save: make the broker under test keep everything.
+            "max_queued_messages 0\nautosave_interval 1\nautosave_on_changes true\n"
         )
         self.proc: asyncio.subprocess.Process | None = None
 

@@ -117,7 +117,7 @@ async def test_outage_then_reconnect_drains_the_backlog_in_order_with_stable_ids
             assert fwd.state.up is True and fwd.state.failures == 0
         assert await outbox_states(store) == {"delivered": canonical + 2}  # + BootObserved of 2 devices
 
-        # Every id is the contract's, each one exactly once in the committed set, in order per source.
+        # Every id is the contract's, each one once in the committed set, in order per source.
         expected: dict[str, list[str]] = {}
         for n in range(1, 391):
             src = SOURCES[n % len(SOURCES)]
