@@ -23,7 +23,7 @@ USER_NAMED = {"channels", "values", "latched", "fields_named"}  # children of th
 
 
 def model_keys() -> set[str]:
-    loader = (ROOT / "agent" / "config.py").read_text()
+    loader = "".join(p.read_text() for p in (ROOT / "agent").glob("config*.py"))
     keys = set(re.findall(r'\.(?:get|sub|has|raw)\("([a-z_]+)"', loader))
     for cls in (MqttUpstream, HttpUpstream, Backoff, RetentionSettings):
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]

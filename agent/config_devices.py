@@ -1,0 +1,400 @@
+"""Device entries of the configuration: connections, field maps, channels, ring buffers.
+
+A device entry is exactly what ``devices.plant.Plant.config_yaml()`` emits: each field spec may
+carry the keys of both protocols (Modbus ``register``/``type``, OPC UA ``node``) and each
+connection uses the keys of its own protocol.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.config_yaml import (
+    _bool,
+    _Ctx,
+    _device_name,
+    _empty,
+    _int_in,
+    _list,
+    _one_of,
+    _positive_duration,
+    _Section,
+    _text,
+    _values,
+)
+from agent.settings import parse_size
+from agent.sources.modbus_decode import WORDS
+from agent.sources.settings import (
+    DEPRECATED_POLICIES,
+    MAX_MESSAGE_SIZE,
+    SECURE_POLICIES,
+    Channel,
+    Connection,
+    Device,
+    Events,
+    Field,
+    ModbusRtu,
+    ModbusTcp,
+    OpcUa,
+    OpcUaSecurity,
+    Ring,
+    WordOrder,
+)
+
+TABLES = ("holding", "input", "coil", "discrete")
+
+# --- devices ---------------------------------------------------------------------------------
+
+
+def _device(s: _Section, ctx: _Ctx) -> Device:
+    name = s.get("name", _device_name, "?", required=True)
+    connections = _connections(s)
+    modbus = any(isinstance(c, ModbusTcp | ModbusRtu) for c in connections)
+    opcua = any(isinstance(c, OpcUa) for c in connections)
+    order = s.get("word_order", _one_of("big", "little"), "big")
+    word_order: WordOrder = "little" if order == "little" else "big"
+    fields = _FieldReader(modbus, opcua)
+    boot = _counter(s, "boot_id", fields.read(s.sub("boot_id"))) if s.has("boot_id") else None
+    if not s.has("channels"):
+        s.ctx.problem(s.line, s.key_path("channels"), "missing")
+    channels = _channels(s.sub("channels"), fields)
+    ring = _ring(s.sub("ring"), fields, modbus) if s.has("ring") else None
+    events = None
+    if s.has("events"):
+        e = s.sub("events")
+        events = Events(e.get("node", _text, "", required=True), e.get("type", _text, "", required=True))
+        e.finish()
+    backoff = s.sub("backoff")
+    initial = backoff.get("initial", _positive_duration, 0.25)
+    maximum = backoff.get("max", _positive_duration, 10.0)
+    backoff.finish()
+    dev = Device(
+        name=name,
+        connections=connections,
+        channels=channels,
+        poll=s.get("poll", _positive_duration, 0.25),
+        boot_id=boot,
+        ring=ring,
+        events=events,
+        namespace=s.get("namespace", _text, None),
+        word_order=word_order,
+        backoff_initial=initial,
+        backoff_max=maximum,
+        file=ctx.file,
+        line=s.line,
+    )
+    s.finish()
+    if modbus:
+        _check_modbus_reads(s, dev)
+    return dev
+
+
+def _connections(s: _Section) -> tuple[Connection, ...]:
+    out: list[Connection] = []
+    raw = s.get("connections", _list, _empty(), required=True)
+    if not raw and s.has("connections"):
+        s.problem("connections", "needs at least one connection")
+    for i, entry in enumerate(raw):
+        c = _Section(s.ctx, entry, f"{s.key_path('connections')}[{i}]", s.key_line("connections"))
+        kinds = [k for k in ("modbus", "modbus_rtu", "opcua") if c.has(k)]
+        if len(kinds) != 1:
+            c.ctx.problem(c.line, c.path, "needs exactly one of modbus:, modbus_rtu: or opcua:")
+        for kind in kinds[:1]:
+            sub = c.sub(kind)
+            conn = (
+                _modbus_tcp(sub)
+                if kind == "modbus"
+                else _modbus_rtu(sub)
+                if kind == "modbus_rtu"
+                else (_opcua(sub))
+            )
+            sub.finish()
+            out.append(conn)
+        c.finish()
+    return tuple(out)
+
+
+def _modbus_tcp(s: _Section) -> ModbusTcp:
+    return ModbusTcp(
+        host=s.get("host", _text, "", required=True),
+        port=s.get("port", _int_in(1, 65535), 502),
+        unit=s.get("unit", _int_in(0, 247), 1),
+        timeout=s.get("timeout", _positive_duration, 1.0),
+    )
+
+
+def _modbus_rtu(s: _Section) -> ModbusRtu:
+    return ModbusRtu(
+        serial=s.get("serial", _text, "", required=True),
+        baudrate=s.get("baudrate", _int_in(300, 4_000_000), 19200),
+        parity=s.get("parity", _one_of("N", "E", "O"), "N"),
+        stopbits=s.get("stopbits", _int_in(1, 2), 1),
+        bytesize=s.get("bytesize", _int_in(5, 8), 8),
+        unit=s.get("unit", _int_in(1, 247), 1),
+        timeout=s.get("timeout", _positive_duration, 1.0),
+    )
+
+
+def _existing_file(v: Any) -> str:
+    text = _text(v)
+    if not Path(text).is_file():
+        raise ValueError(f"file {text} does not exist")
+    return text
+
+
+def _existing_dir(v: Any) -> str:
+    text = _text(v)
+    if not Path(text).is_dir():
+        raise ValueError(f"directory {text} does not exist")
+    return text
+
+
+def _opcua(s: _Section) -> OpcUa:
+    endpoint = s.get("endpoint", _text, "", required=True)
+    if endpoint and not endpoint.startswith("opc.tcp://"):
+        s.problem("endpoint", f"{endpoint!r} must start with opc.tcp://")
+    security = _opcua_security(s)
+    file_ = _existing_file if s.ctx.check_files else _text
+    username = s.get("username", _text, None)
+    password_file = s.get("password_file", file_, None)
+    if password_file and not username:
+        s.problem("password_file", "needs a username")
+    if password_file and security.insecure:
+        s.problem(
+            "password_file", "a password over security policy None would travel in clear; secure the link"
+        )
+    return OpcUa(
+        endpoint=endpoint,
+        security=security,
+        username=username,
+        password_file=password_file,
+        subscribe=s.get("subscribe", _bool, False),
+        publishing=s.get("publishing", _positive_duration, 0.1),
+        reconcile=s.get("reconcile", _positive_duration, 5.0),
+        timeout=s.get("timeout", _positive_duration, 2.0),
+        max_message_size=s.get("max_message_size", _message_size, MAX_MESSAGE_SIZE),
+    )
+
+
+def _message_size(v: Any) -> int:
+    size = parse_size(v)
+    if not 64 * 1024 <= size <= 256 * 1024 * 1024:
+        raise ValueError(f"{v!r} must be between 64KiB and 256MiB")
+    return size
+
+
+def _policy(v: Any) -> str:
+    text = "None" if v is None else str(v)
+    if text in DEPRECATED_POLICIES:
+        raise ValueError(
+            f"{text} is deprecated by the OPC Foundation (SHA-1, weak keys) and refused; "
+            f"use {', '.join(SECURE_POLICIES)}"
+        )
+    if text not in (*SECURE_POLICIES, "None"):
+        raise ValueError(
+            f"must be one of {', '.join(SECURE_POLICIES)} or None (explicitly insecure), not {v!r}"
+        )
+    return text
+
+
+def _opcua_security(s: _Section) -> OpcUaSecurity:
+    """Secure by default: no ``security:`` means SignAndEncrypt/Basic256Sha256, which needs our
+    certificate and a trusted server certificate. ``policy: None`` must be written out."""
+    sec = s.sub("security")
+    where = sec.path
+    policy = "Basic256Sha256"
+    if sec.has("policy"):
+        raw = sec.raw("policy")
+        policy = sec.get("policy", _policy, "Basic256Sha256") if raw is not None else "None"
+    if policy == "None":
+        if sec.has("mode") and sec.raw("mode") not in (None, "None"):
+            sec.problem("mode", "must be left out with policy None (there is nothing to sign)")
+        sec.finish(extra=("mode",))
+        return OpcUaSecurity(policy="None", mode="None")
+    file_ = _existing_file if s.ctx.check_files else _text
+    dir_ = _existing_dir if s.ctx.check_files else _text
+    out = OpcUaSecurity(
+        policy=policy,
+        mode=sec.get("mode", _one_of("Sign", "SignAndEncrypt"), "SignAndEncrypt"),
+        certificate=sec.get("certificate", file_, None),
+        private_key=sec.get("private_key", file_, None),
+        server_certificate=sec.get("server_certificate", file_, None),
+        trusted=sec.get("trusted", dir_, None),
+        application_uri=sec.get("application_uri", _text, ""),
+    )
+    sec.finish()
+    if not s.has("security"):
+        if out.certificate is None:  # nothing said at all: one problem that says what to do
+            s.problem(
+                "security",
+                "missing: OPC UA is secure by default (SignAndEncrypt, Basic256Sha256), which needs our "
+                "certificate and private_key (`edge-agent certs` creates them) and the server's "
+                "certificate in server_certificate or trusted; write security: {policy: None} to connect "
+                "without security",
+            )
+        return out
+    if out.certificate is None or out.private_key is None:
+        sec.ctx.problem(
+            sec.line,
+            f"{where}.certificate",
+            "our certificate and private_key are needed (`edge-agent certs` creates them)",
+        )
+    if out.server_certificate is None and out.trusted is None:
+        sec.ctx.problem(
+            sec.line,
+            f"{where}.trusted",
+            "the server's certificate must be trusted explicitly: give server_certificate (pin one) "
+            "or trusted (a directory of trusted certificates); there is no trust on first use",
+        )
+    return out
+
+
+class _FieldReader:
+    """Reads field specs; which keys are required depends on the device's connection kinds."""
+
+    def __init__(self, modbus: bool, opcua: bool) -> None:
+        self.modbus, self.opcua = modbus, opcua
+
+    def read(self, s: _Section, *, in_slot: bool = False, time: bool = False) -> Field:
+        register = s.get("register", _int_in(0, 65535), None)
+        offset = s.get("offset", _int_in(0, 124), None)
+        node = s.get("node", _text, None)
+        f = Field(
+            register=register,
+            type=s.get("type", _one_of(*WORDS), "uint64" if time else "uint16"),
+            table=s.get("table", _one_of(*TABLES), "holding"),
+            node=node,
+            values=s.get("values", _values, {}),
+            unit=s.get("unit", _one_of("ms", "s"), "ms"),
+            clock=s.get("clock", _zone, "UTC"),
+            offset=offset,
+            value=s.get("value", _int_in(0, 2**32 - 1), None),
+            word_order=s.get("word_order", _one_of("big", "little"), None),  # type: ignore[arg-type]
+            line=s.line,
+        )
+        s.get("epoch", _one_of("unix"), "unix")
+        where = "offset" if in_slot else "register"
+        if s.ok and self.modbus and (offset if in_slot else register) is None and f.value is None:
+            s.ctx.problem(s.line, s.key_path(where), "missing (the device has a Modbus connection)")
+        if s.ok and self.opcua and node is None and f.value is None:
+            s.ctx.problem(s.line, s.key_path("node"), "missing (the device has an OPC UA connection)")
+        if register is not None and register + f.words > 65536:
+            s.problem("register", f"a {f.type} at {register} runs past register 65535")
+        s.finish()
+        return f
+
+
+UNSIGNED = ("uint16", "uint32", "uint64")
+
+
+def _counter(s: _Section, key: str, f: Field) -> Field:
+    """Identity registers hold unsigned whole numbers: a float or signed type would let NaN or a
+    negative number become an id (docs/pollers.md, "Bad values")."""
+    if (f.register is not None or f.offset is not None) and f.type not in UNSIGNED:
+        s.problem(key, f"type {f.type} cannot hold an id or counter; use {', '.join(UNSIGNED)}")
+    return f
+
+
+def _zone(v: Any) -> str:
+    text = _text(v)
+    if text != "UTC":
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(text)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"{text!r} is not a time zone (e.g. UTC or Europe/Berlin)") from exc
+    return text
+
+
+def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
+    out: list[Channel] = []
+    if s.ok and not s.data:
+        s.ctx.problem(s.line, s.path, "needs at least one channel")
+    for name in list(s.data):
+        c = s.sub(str(name))
+        tid = _counter(c, "transition_id", fields.read(c.sub("transition_id")))
+        state = fields.read(c.sub("state"))
+        ts_raw = c.raw("source_timestamp")
+        ts, from_state = None, False
+        if ts_raw == "source":
+            from_state = True
+            if fields.modbus:
+                c.problem(
+                    "source_timestamp",
+                    "'source' (the OPC UA DataValue time) has no Modbus equivalent; map a register",
+                )
+        elif ts_raw is not None:
+            ts = fields.read(c.sub("source_timestamp"), time=True)
+        latched: dict[str, Field] = {}
+        if c.has("latched"):
+            lat = c.sub("latched")
+            for lname in list(lat.data):
+                if lname == "state":
+                    lat.problem("state", "'state' is the channel's state; name the latched field otherwise")
+                latched[str(lname)] = fields.read(lat.sub(str(lname)))
+            lat.finish()
+        for key in ("transition_id", "state"):
+            if not c.has(key):
+                c.ctx.problem(c.line, c.key_path(key), "missing")
+        c.finish()
+        out.append(Channel(str(name), tid, state, ts, from_state, latched))
+    return tuple(out)
+
+
+def _ring(s: _Section, fields: _FieldReader, modbus: bool) -> Ring:
+    head = _counter(s, "head", fields.read(s.sub("head")))
+    capacity = fields.read(s.sub("capacity"))
+    slots = s.sub("slots")
+    register = slots.get("register", _int_in(0, 65535), None)
+    size = slots.get("size", _int_in(1, 125), None)
+    count = slots.get("count", _int_in(1, 100_000), capacity.value or 0)
+    if count == 0:
+        slots.problem("count", "missing (or give ring.capacity.value)")
+    f = slots.sub("fields")
+    ring_fields = {str(k): fields.read(f.sub(str(k)), in_slot=True) for k in list(f.data)}
+    for key in ("seq", "channel", "transition_id", "boot_id"):
+        if key in ring_fields:
+            _counter(f, key, ring_fields[key])
+    for key in ("seq", "channel", "transition_id", "state"):
+        if key not in ring_fields:
+            f.ctx.problem(f.line, f.key_path(key), "missing")
+    f.finish()
+    if modbus and (register is None or size is None):
+        slots.ctx.problem(slots.line, slots.path, "register and size are needed for a Modbus connection")
+    slots.finish()
+    read = None
+    if s.has("read"):
+        r = s.sub("read")
+        read = (
+            r.get("register", _int_in(0, 65535), 0, required=True),
+            r.get("count", _int_in(1, 125), 1, required=True),
+        )
+        r.finish()
+    s.finish()
+    return Ring(head, capacity, ring_fields, count, register, size, read)
+
+
+def _check_modbus_reads(s: _Section, dev: Device) -> None:
+    """A slot field must fit its slot, and the ring read must cover header and slots."""
+    ring = dev.ring
+    if ring is None or ring.slot_size is None or ring.slots_register is None:
+        return
+    for name, f in ring.fields.items():
+        if f.offset is not None and f.offset + f.words > ring.slot_size:
+            s.ctx.problem(
+                f.line,
+                f"{s.path}.ring.slots.fields.{name}.offset",
+                f"a {f.type} at offset {f.offset} does not fit a slot of {ring.slot_size} registers",
+            )
+    if ring.read is not None:
+        start, count = ring.read
+        end = ring.slots_register + ring.slot_size * ring.slot_count
+        if ring.head.register is not None and not (start <= ring.head.register and end <= start + count):
+            s.ctx.problem(
+                s.line,
+                f"{s.path}.ring.read",
+                f"registers {start}..{start + count - 1} do not cover the head and all slots "
+                f"(up to {end - 1})",
+            )
