@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import assert_never
 
 from agent.contract import format_timestamp
+from agent.errors import StoreError
 from agent.retry import retry_delay_s
 from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode
@@ -123,23 +124,41 @@ class Forwarder:
                 deadline = deadline or loop.time() + drain_s
                 if loop.time() >= deadline:
                     break
-            entries = await self.outbox.claim(name, self.upstream.read_size)
+            try:
+                entries = await self.outbox.claim(name, self.upstream.read_size)
+            except StoreError as exc:
+                await self._store_trouble(exc, stop)
+                continue
             if not entries:
                 if stop.is_set():
                     break
                 await self._idle(stop)
                 continue
             outcomes = await self._send(entries, stop, deadline, drain_s)
-            await self.outbox.settle(
-                [(e.outbox_id, o) for e, o in zip(entries, outcomes, strict=True)],
-                format_timestamp(self.clock()),
-            )
+            try:
+                await self.outbox.settle(
+                    [(e.outbox_id, o) for e, o in zip(entries, outcomes, strict=True)],
+                    format_timestamp(self.clock()),
+                )
+            except StoreError as exc:
+                # The store cannot be written (e.g. a full disk): these rows stay pending and are
+                # sent again, same ids, once it can. At least once, never lost; the service goes on.
+                await self._store_trouble(exc, stop)
+                continue
             delay = await self._account(outcomes)
             if delay is not None:
                 if stop.is_set():
                     break
                 await _wait(stop, delay)
         log.info("forwarder stopped upstream=%s", name)
+
+    async def _store_trouble(self, exc: StoreError, stop: asyncio.Event) -> None:
+        """Say it once per change, then wait a second (or until stopping) and try again."""
+        text = f"store: {exc}"
+        if self.state.last_error != text:
+            log.error("forwarder cannot use the store upstream=%s error=%s", self.upstream.name, exc)
+        self.state.last_error = text
+        await _wait(stop, 1.0)
 
     async def _send(
         self, entries: Sequence[Entry], stop: asyncio.Event, deadline: float | None, drain_s: float

@@ -35,6 +35,7 @@ from typing import Any
 import aiosqlite
 
 from agent.store.retention import Cutoffs, RetentionSettings, cutoffs
+from agent.errors import StoreError
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -264,8 +265,12 @@ async def run_retention(
     (a cancelled batch is rolled back, which is safe but wasted work).
     """
     while not stop.is_set():
-        totals = await prune(store, settings, clock())
-        if on_result is not None:
-            on_result(totals)
+        try:
+            totals = await prune(store, settings, clock())
+        except StoreError as exc:  # e.g. a full disk: pruning waits for the next round, the service goes on
+            log.warning("retention round failed, retrying next interval: %s", exc)
+        else:
+            if on_result is not None:
+                on_result(totals)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), settings.interval.total_seconds())
