@@ -34,8 +34,8 @@ from typing import Any
 
 import aiosqlite
 
-from agent.store.retention import Cutoffs, RetentionSettings, cutoffs
 from agent.errors import StoreError
+from agent.store.retention import Cutoffs, RetentionSettings, cutoffs
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
