@@ -247,6 +247,11 @@ def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) ->
     ):
         log.warning("socket closed under a pending write (MQTT client after a broker restart): %s", exc)
         return
+    unread = "never retrieved" in str(context.get("message", ""))
+    if unread and exc is not None and type(exc).__module__.startswith("aiomqtt"):
+        # aiomqtt leaves a disconnect future unread when the broker goes away; the sink saw it.
+        log.warning("MQTT client: %s", exc)
+        return
     loop.default_exception_handler(context)
 
 

@@ -26,6 +26,21 @@ async def test_known_paho_socket_race_is_one_line_without_traceback(caplog: pyte
     assert caplog.records[0].exc_info is None
 
 
+async def test_an_unread_aiomqtt_disconnect_future_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    import aiomqtt
+
+    loop = asyncio.get_running_loop()
+    with caplog.at_level(logging.WARNING):
+        _loop_exception(
+            loop,
+            {
+                "message": "Future exception was never retrieved",
+                "exception": aiomqtt.MqttCodeError(7, "Unexpected disconnection"),
+            },
+        )
+    assert [r.levelname for r in caplog.records] == ["WARNING"] and caplog.records[0].exc_info is None
+
+
 async def test_any_other_loop_error_keeps_the_default_report(caplog: pytest.LogCaptureFixture) -> None:
     loop = asyncio.get_running_loop()
     with caplog.at_level(logging.ERROR):
