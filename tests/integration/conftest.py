@@ -54,28 +54,39 @@ def devices_of(tmp_path: Path) -> Callable[..., tuple[Device, ...]]:
 
 
 class View:
-    """What the store holds, read through agent.store.report (as `report --json` shows it)."""
+    """What the store holds, read through agent.store.report (as `report --json` shows it).
+
+    It reads on the recorder's own connection, so every read takes the store's write lock:
+    without it a read could land between two statements of an open batch transaction and see
+    half of it (an event already inserted, its BootObserved not yet), which no separate reader
+    (`edge-agent report`, another process) can ever see.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
     async def summary(self) -> dict[str, int]:
-        return await report.summary(self.store.db)
+        async with self.store._lock:
+            return await report.summary(self.store.db)
 
     async def events(self) -> list[dict[str, Any]]:
-        return [e async for e in report.events(self.store.db)]
+        async with self.store._lock:
+            return [e async for e in report.events(self.store.db)]
 
     async def keys(self) -> set[tuple[str, str, str]]:
         return {(e["source"], e["transitionId"], e["bootId"]) for e in await self.events()}
 
     async def arrivals(self) -> list[dict[str, Any]]:
-        return [a async for a in report.arrivals(self.store.db)]
+        async with self.store._lock:
+            return [a async for a in report.arrivals(self.store.db)]
 
     async def boots(self) -> list[dict[str, Any]]:
-        return [b async for b in report.boots(self.store.db)]
+        async with self.store._lock:
+            return [b async for b in report.boots(self.store.db)]
 
     async def anomalies(self, *, gaps: bool) -> list[dict[str, Any]]:
-        return [a async for a in report.anomalies(self.store.db, gaps=gaps)]
+        async with self.store._lock:
+            return [a async for a in report.anomalies(self.store.db, gaps=gaps)]
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
