@@ -233,11 +233,6 @@ def normalize_timestamp(text: Any, name: str) -> str | None:
     return format_timestamp(parse_timestamp(text, name))
 
 
-def timestamp_from_millis(ms: int) -> str:
-    """Normalised text of a Unix time in milliseconds (as PLCs store it)."""
-    return format_timestamp(datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms))
-
-
 # --- content ---------------------------------------------------------------
 
 

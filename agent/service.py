@@ -97,7 +97,6 @@ class Service:
         self.hard_stop_s = hard_stop_s
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.ready = asyncio.Event()
-        self._heartbeat = time.monotonic()
         self.decisions: dict[str, int] = {}
         self.collector: Any = None  # agent.metrics.SnapshotCollector when metrics are on
         self._outbox_counts: list[dict[str, Any]] = []
@@ -192,7 +191,6 @@ class Service:
         interval = sdnotify.watchdog_interval()
         while not stop.is_set():
             await self._write_status(store, recorder, forwarders)
-            self._heartbeat = time.monotonic()
             if interval is not None and recorder.healthy(max_commit_s=max(2 * interval, 10.0)):
                 sdnotify.notify("WATCHDOG=1")
             wait = min(self.status_interval_s, interval or self.status_interval_s)

@@ -164,7 +164,3 @@ LIVE_STATE_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(LIVE_STATE_MIGRATION)
-
-
-def latest_version() -> int:
-    return MIGRATIONS[-1][0]

@@ -184,9 +184,6 @@ class Store:
                 raise StoreError(f"Store {self.path}: migration {number} ({title}) failed: {exc}") from exc
             log.info("store migrated path=%s version=%d title=%r", self.path, number, title)
 
-    async def schema_version(self) -> int:
-        return int(await self._scalar("PRAGMA user_version"))
-
     # --- live state of a running service ----------------------------------------------
 
     async def write_live_state(self, name: str, now: str, state_json: str) -> None:

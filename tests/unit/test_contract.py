@@ -21,7 +21,6 @@ from agent.contract import (
     normalize_timestamp,
     payload_hash,
     pct,
-    timestamp_from_millis,
 )
 
 
@@ -96,10 +95,6 @@ def test_timestamps_normalise(text: str | None, normalised: str | None) -> None:
 def test_timestamps_that_are_not_rfc3339_with_offset_are_refused(text: Any) -> None:
     with pytest.raises(ContractError):
         normalize_timestamp(text, "sourceTimestamp")
-
-
-def test_millis_from_a_plc_clock() -> None:
-    assert timestamp_from_millis(1_776_844_812_120) == "2026-04-22T08:00:12.120Z"
 
 
 def test_payload_hash_depends_on_content_and_time_only() -> None:
