@@ -1,5 +1,5 @@
 """`python -m agent`: the same as the `edge-agent` command."""
 
-from agent.cli import main
+from agent.cli.main import main
 
 main()

@@ -44,7 +44,7 @@ def write_file(path: Path, n: int) -> None:
 
 def run_import(db: Path, file: Path) -> tuple[float, int]:
     """(seconds, peak RSS in KiB) of one `edge-agent import` process."""
-    cmd = [sys.executable, "-m", "agent.cli", "--db", str(db), "import", str(file), "--json"]
+    cmd = [sys.executable, "-m", "agent", "--db", str(db), "import", str(file), "--json"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)

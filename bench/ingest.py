@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.contract import Delivery, payload_hash
+from agent.core.contract import Delivery, payload_hash
 from agent.store.store import Store
 
 ARRIVAL = "2026-04-22T08:00:12.180Z"

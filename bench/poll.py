@@ -36,14 +36,14 @@ from pymodbus.client import AsyncModbusTcpClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent import config  # noqa: E402
-from agent.contract import parse_timestamp  # noqa: E402
-from agent.recorder import Recorder  # noqa: E402
+from agent.config import loader as config  # noqa: E402
+from agent.core.contract import parse_timestamp  # noqa: E402
+from agent.core.decide import Outcome  # noqa: E402
+from agent.core.tracker import Observations  # noqa: E402
+from agent.service.recorder import Recorder  # noqa: E402
 from agent.sources.base import run_source  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
-from agent.store.decide import Outcome  # noqa: E402
 from agent.store.store import Store  # noqa: E402
-from agent.transitions import Observations  # noqa: E402
 from devices.agent_config import device_config  # noqa: E402
 from devices.controller import ChannelSpec, Controller  # noqa: E402
 from devices.modbus_map import RegisterMap  # noqa: E402

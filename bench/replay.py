@@ -32,11 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 import aiomqtt
 
-from agent.contract import Delivery, payload_hash
-from agent.forwarder import Forwarder, build_sink
+from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
+from agent.core.contract import Delivery, payload_hash
+from agent.core.records import Entry, Transition
+from agent.service.forwarder import Forwarder, build_sink
 from agent.sinks.encode import batch_body, encode, render_topic
-from agent.sinks.records import Entry, Transition
-from agent.sinks.settings import HttpUpstream, MqttUpstream, Upstream
 from agent.store.store import Store
 
 ARRIVAL = "2026-04-22T08:00:12.180Z"

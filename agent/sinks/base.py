@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from agent.core.send_outcome import Outcome
 from agent.sinks.encode import Event
-from agent.sinks.outcome import Outcome
 
 
 class Sink(Protocol):

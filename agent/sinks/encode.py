@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from agent import contract
-from agent.contract import Key, channel_of, device_of, pct
-from agent.sinks.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
+from agent.core import contract
+from agent.core.contract import Key, channel_of, device_of, pct
+from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
 
 SPECVERSION = "1.0"
 EVENT_CONTENT_TYPE = "application/cloudevents+json"

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import aiohttp
 
+from agent.config.upstreams import HttpUpstream
+from agent.core.send_outcome import Outcome, Verdict, classify_http, needs_split, retry
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body
-from agent.sinks.outcome import Outcome, Verdict, classify_http, needs_split, retry
-from agent.sinks.settings import HttpUpstream
 
 log = logging.getLogger(__name__)
 

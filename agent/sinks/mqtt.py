@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 
 import aiomqtt
 
+from agent.config.upstreams import MqttUpstream
+from agent.core.send_outcome import DELIVERED, Outcome, classify_mqtt_reason, retry
 from agent.sinks.encode import Event, batch_body, render_topic
 from agent.sinks.http import read_secret, tls_context
-from agent.sinks.outcome import DELIVERED, Outcome, classify_mqtt_reason, retry
-from agent.sinks.settings import MqttUpstream
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ Contract of :class:`Source` (call order: ``connect``, then ``poll``/``wait`` alt
 ``close``; never concurrently, always from the one task that owns it):
 
 * ``connect()`` opens the link and resolves whatever the link needs (OPC UA namespace index,
-  subscriptions). It raises :class:`~agent.errors.SourceUnavailable` when the controller
+  subscriptions). It raises :class:`~agent.core.errors.SourceUnavailable` when the controller
   cannot be reached; it never retries by itself.
 * ``poll()`` reads the device once, consistently, and returns what is new
-  (:class:`~agent.transitions.Observations`). A failure of the link raises
+  (:class:`~agent.core.tracker.Observations`). A failure of the link raises
   ``SourceUnavailable`` (the loop closes, backs off and reconnects); a failure of one field
   (a Modbus exception response, an OPC UA Bad status) is not a link failure: the other
   channels are still observed and the field's error is evidence and a log line.
@@ -34,11 +34,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from agent.contract import format_timestamp
-from agent.errors import SourceUnavailable
-from agent.live import ConnectionLive
-from agent.retry import backoff_s
-from agent.transitions import Observations
+from agent.core.contract import format_timestamp
+from agent.core.errors import SourceUnavailable
+from agent.core.live import ConnectionLive
+from agent.core.retry import backoff_s
+from agent.core.tracker import Observations
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from agent.contract import Delivery, Rejection, format_timestamp
-from agent.intake import parse_delivery
-from agent.store.decide import Outcome
+from agent.core.contract import Delivery, Rejection, format_timestamp
+from agent.core.decide import Outcome
+from agent.core.intake import parse_delivery
 from agent.store.store import Store
 
 BATCH_LINES = 1000

@@ -2,7 +2,7 @@
 
 What a service calls::
 
-    recorder = Recorder(store)                        # agent.recorder: the one writer task
+    recorder = Recorder(store)                        # agent.service.recorder: the one writer task
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tg:
         tg.create_task(recorder.run(stop_recorder), name="recorder")
@@ -19,11 +19,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import assert_never
 
-from agent.live import ServiceLive
+from agent.config.sources import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
+from agent.core.live import ServiceLive
 from agent.sources.base import ObservationSink, Source, run_source
-from agent.sources.modbus import ModbusSource
-from agent.sources.opcua import OpcUaSource
-from agent.sources.settings import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
+from agent.sources.modbus.poller import ModbusSource
+from agent.sources.opcua.poller import OpcUaSource
 
 
 def build_source(device: Device, conn: Connection) -> Source:

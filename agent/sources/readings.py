@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.contract import ContractError, format_timestamp, normalize_timestamp
-from agent.sources.modbus_decode import counter_bits
-from agent.sources.settings import Channel, Device, Field
-from agent.transitions import ChannelRead, Observations, RingItem, state_name, time_text
+from agent.config.sources import Channel, Device, Field
+from agent.core.contract import ContractError, format_timestamp, normalize_timestamp
+from agent.core.tracker import ChannelRead, Observations, RingItem, state_name, time_text
+from agent.sources.modbus.decode import counter_bits
 
 
 def channel_fields(ch: Channel) -> list[tuple[str, Field]]:

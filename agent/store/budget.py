@@ -18,7 +18,7 @@ from typing import Any
 
 import aiosqlite
 
-from agent.contract import format_timestamp
+from agent.core.contract import format_timestamp
 from agent.store.store import Store
 
 RATE_WINDOW = timedelta(days=7)

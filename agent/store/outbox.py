@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.sinks.outcome import Outcome, Verdict
-from agent.sinks.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+from agent.core.send_outcome import Outcome, Verdict
 from agent.store.store import Store
 
 _CLAIM = """

@@ -34,7 +34,7 @@ from typing import Any
 
 import aiosqlite
 
-from agent.errors import StoreError
+from agent.core.errors import StoreError
 from agent.store.retention import Cutoffs, RetentionSettings, cutoffs
 from agent.store.store import Store
 

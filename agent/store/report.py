@@ -12,7 +12,7 @@ from typing import Any
 
 import aiosqlite
 
-from agent.contract import Decision
+from agent.core.contract import Decision
 
 _CHUNK = 1000
 

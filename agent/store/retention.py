@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from agent.contract import format_timestamp
-from agent.errors import ConfigError
+from agent.core.contract import format_timestamp
+from agent.core.errors import ConfigError
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*", re.IGNORECASE)
 _UNIT = {

@@ -35,10 +35,10 @@ from typing import Any
 
 import aiosqlite
 
-from agent.contract import Anomaly, Decision, Delivery, Key, Rejection
-from agent.errors import StoreCorrupt, StoreError, StoreFull
-from agent.jcs import canonical_json
-from agent.store import decide
+from agent.core import decide
+from agent.core.contract import Anomaly, Decision, Delivery, Key, Rejection
+from agent.core.errors import StoreCorrupt, StoreError, StoreFull
+from agent.core.jcs import canonical_json
 from agent.store.schema import MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 DATA = Path(__file__).parents[1] / "data"
-CMD = [sys.executable, "-m", "agent.cli"]
+CMD = [sys.executable, "-m", "agent"]
 
 
 def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:

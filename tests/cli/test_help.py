@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
+from agent.cli.main import cli
 
 
 def all_commands(

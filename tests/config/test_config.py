@@ -10,9 +10,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from agent import config
-from agent.cli import cli
-from agent.sources.settings import ModbusRtu, ModbusTcp, OpcUa
+from agent.cli.main import cli
+from agent.config import loader as config
+from agent.config.sources import ModbusRtu, ModbusTcp, OpcUa
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
 
@@ -108,7 +108,7 @@ async def test_check_probe_reads_every_device_once_and_says_what_it_saw(tmp_path
         }
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-        from agent.cli_check import _probe_all
+        from agent.cli.check import _probe_all
 
         cfg = config.load(path)
         assert await _probe_all(cfg, 3.0)

@@ -1,6 +1,6 @@
 """The README's configuration reference names every key the config model accepts.
 
-Keys come from the model itself: the names the loader reads (agent/config.py), the fields of
+Keys come from the model itself: the names the loader reads (agent/config/loader.py), the fields of
 the upstream and retention settings classes, and every key of config.example.yaml. A key
 added to the model without a line in the README fails here.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from agent.sinks.settings import Backoff, HttpUpstream, MqttUpstream
+from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream
 from agent.store.retention import RetentionSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ USER_NAMED = {"channels", "values", "latched", "fields_named"}  # children of th
 
 
 def model_keys() -> set[str]:
-    loader = "".join(p.read_text() for p in (ROOT / "agent").glob("config*.py"))
+    loader = "".join(p.read_text() for p in (ROOT / "agent" / "config").glob("*.py"))
     keys = set(re.findall(r'\.(?:get|sub|has|raw)\("([a-z_]+)"', loader))
     for cls in (MqttUpstream, HttpUpstream, Backoff, RetentionSettings):
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.config import load
-from agent.service import Service
+from agent.config.loader import load
+from agent.service.run import Service
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
 

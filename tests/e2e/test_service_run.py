@@ -49,7 +49,7 @@ async def start_agent(config: Path, log: Path) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "agent.cli",
+        "agent",
         "run",
         "-c",
         str(config),

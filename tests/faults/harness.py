@@ -1,6 +1,6 @@
 """The real agent process and the fault campaigns shared by `tests/faults/` and `bench/faults.py`.
 
-`AgentProcess` runs `python -m agent.cli run -c FILE` (optionally under a prefix such as
+`AgentProcess` runs `python -m agent run -c FILE` (optionally under a prefix such as
 `faketime`), waits for its "started" log line, and kills it (-9) or stops it (SIGTERM). The
 campaigns drive a real `devices.plant.Plant` (Modbus simulators in this process), the real
 recording HTTP receiver (`devices.upstream.Receiver`) and a real SQLite file, and end with the
@@ -107,7 +107,7 @@ class AgentProcess:
         self._offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.prefix, sys.executable, "-m", "agent.cli", "run", "-c", str(self.config),
+                *self.prefix, sys.executable, "-m", "agent", "run", "-c", str(self.config),
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=err, env=self.env,
             )  # fmt: skip
         self.starts += 1
@@ -178,7 +178,7 @@ class AgentProcess:
     async def status(self) -> dict[str, Any]:
         """`edge-agent status --json -c FILE`, as an operator would run it next to the service."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agent.cli", "status", "--json", "-c", str(self.config),
+            sys.executable, "-m", "agent", "status", "--json", "-c", str(self.config),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self.env,
         )  # fmt: skip
         out, err = await proc.communicate()

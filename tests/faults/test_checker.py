@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 from types import ModuleType
 
-from agent.contract import Delivery
-from agent.intake import parse_delivery
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
 from agent.store.store import Store
 
 

@@ -10,7 +10,7 @@ in every phase, and the upstream gets exactly the committed set.
 Timers in the code (reviewed for this test): every poll, backoff and drain timer uses the
 event loop's clock or `time.monotonic()`; `datetime.now()` is used only for timestamps
 (arrivalAt, outbox stamps, live state) and in the HTTP sink to turn a `Retry-After` HTTP-date
-into seconds, which a wall-clock jump can skew (capped at one hour by `agent.retry`).
+into seconds, which a wall-clock jump can skew (capped at one hour by `agent.core.retry`).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from agent import config
-from agent.recorder import Recorder
+from agent.config import loader as config
+from agent.config.sources import Device
+from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
-from agent.sources.settings import Device
 from agent.store import report
 from agent.store.store import Store
 from devices.plant import Plant

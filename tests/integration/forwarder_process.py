@@ -10,8 +10,8 @@ import asyncio
 import signal
 import sys
 
-from agent.forwarder import Forwarder, build_sink
-from agent.sinks.settings import Backoff, HttpUpstream
+from agent.config.upstreams import Backoff, HttpUpstream
+from agent.service.forwarder import Forwarder, build_sink
 from agent.store.store import Store
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.contract import Delivery
-from agent.intake import parse_delivery
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
 from agent.store.store import Store
 from devices.upstream import Receiver
 

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.contract import Delivery
-from agent.forwarder import Forwarder, build_sink
-from agent.intake import parse_delivery
-from agent.sinks.settings import Backoff, HttpUpstream
+from agent.cli.main import cli
+from agent.config.upstreams import Backoff, HttpUpstream
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
+from agent.service.forwarder import Forwarder, build_sink
 from agent.store import report
 from agent.store.outbox import Outbox
 from agent.store.store import Store

@@ -21,10 +21,10 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from agent.contract import Delivery
-from agent.forwarder import Forwarder, build_sink
-from agent.intake import parse_delivery
-from agent.sinks.settings import Backoff, MqttUpstream
+from agent.config.upstreams import Backoff, MqttUpstream
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
+from agent.service.forwarder import Forwarder, build_sink
 from agent.store.store import Store
 
 GW, UP = "gw-test", "central"

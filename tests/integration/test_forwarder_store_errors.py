@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.contract import Delivery
-from agent.forwarder import Forwarder, build_sink
-from agent.intake import parse_delivery
-from agent.sinks.settings import Backoff, HttpUpstream
+from agent.config.upstreams import Backoff, HttpUpstream
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
+from agent.service.forwarder import Forwarder, build_sink
 from agent.store.store import Store
 from devices.upstream import Receiver
 

@@ -176,7 +176,7 @@ async def test_a_half_open_plc_never_delays_the_others_and_is_reported_once(
 async def test_an_exception_response_for_one_channel_leaves_the_others_read_and_is_logged_once(
     agent_for: Any, devices_of: Callable[..., Any], wait_until: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="agent.sources.modbus")
+    caplog.set_level(logging.INFO, logger="agent.sources.modbus.poller")
     # Without a ring: the ring would supply Overload's transitions, which hides what is tested here.
     async with modbus_plant() as plant, agent_for(devices_of(plant, _without_ring)) as view:
         plant.modbus["PUMP-07"].add_exception(18, 1)  # Overload's transition id

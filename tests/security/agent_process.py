@@ -16,8 +16,8 @@ import resource
 import sys
 from pathlib import Path
 
-from agent import config
-from agent.recorder import Recorder
+from agent.config import loader as config
+from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
 from agent.store import report
 from agent.store.store import Store

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.jcs import canonical_json
-from agent.sources.modbus import channel_from_registers, response_problem
-from agent.sources.modbus_decode import WORDS, DecodeError, decode, encode
-from agent.sources.modbus_plan import Block
+from agent.config.sources import Channel, Device, Field, ModbusTcp, Ring
+from agent.core.jcs import canonical_json
+from agent.core.tracker import DeviceTracker, Snapshot
+from agent.sources.modbus.decode import WORDS, DecodeError, decode, encode
+from agent.sources.modbus.plan import Block
+from agent.sources.modbus.poller import channel_from_registers, response_problem
 from agent.sources.readings import boot_number, ring_item
-from agent.sources.settings import Channel, Device, Field, ModbusTcp, Ring
-from agent.transitions import DeviceTracker, Snapshot
 
 THOUSAND = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WORD = st.integers(0, 0xFFFF)

@@ -14,9 +14,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent import config
-from agent.contract import Delivery, Rejection
-from agent.intake import parse_delivery
+from agent.config import loader as config
+from agent.core.contract import Delivery, Rejection
+from agent.core.intake import parse_delivery
 
 FUZZ = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CONFIGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent import config
-from agent.errors import SourceUnavailable
-from agent.sources.modbus import ModbusSource
-from agent.sources.settings import Channel, Device, Field, ModbusTcp
-from agent.transitions import Observations
+from agent.config import loader as config
+from agent.config.sources import Channel, Device, Field, ModbusTcp
+from agent.core.errors import SourceUnavailable
+from agent.core.tracker import Observations
+from agent.sources.modbus.poller import ModbusSource
 from devices.controller import ChannelSpec, Controller
 from devices.hostile_modbus import HostileModbusServer
 from devices.plant import Plant

@@ -15,11 +15,11 @@ import pytest_asyncio
 import yaml
 from click.testing import CliRunner
 
-from agent import config
-from agent.cli import cli
-from agent.errors import SourceUnavailable
-from agent.sources.opcua import OpcUaSource
-from agent.sources.opcua_trust import describe, read_certificate
+from agent.cli.main import cli
+from agent.config import loader as config
+from agent.core.errors import SourceUnavailable
+from agent.sources.opcua.poller import OpcUaSource
+from agent.sources.opcua.trust import describe, read_certificate
 from devices.controller import ChannelSpec, Controller
 from devices.opcua_server import OpcUaSecurity
 from devices.pki import TestPki, make_test_pki
@@ -122,7 +122,7 @@ def test_policy_none_is_warned_about_when_the_source_is_built(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     dev = load_with(tmp_path, {"security": {"policy": "None"}}).devices[0]
-    with caplog.at_level(logging.WARNING, logger="agent.sources.opcua"):
+    with caplog.at_level(logging.WARNING, logger="agent.sources.opcua.poller"):
         OpcUaSource(dev, dev.connections[0])  # type: ignore[arg-type]
     assert "security policy None (configured explicitly)" in caplog.text
 

@@ -18,9 +18,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from agent.config.upstreams import HttpUpstream, MqttUpstream
 from agent.sinks.http import tls_context
 from agent.sinks.mqtt import MqttSink
-from agent.sinks.settings import HttpUpstream, MqttUpstream
 from agent.store.store import Store
 
 pytestmark = pytest.mark.timeout(30)

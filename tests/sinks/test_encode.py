@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.sinks.encode import EncodeError, Event, batch_body, encode, render_topic
-from agent.sinks.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 
 SITE = "plant-1"
 GW = "gw-line3"

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.sinks.outcome import (
+from agent.core.send_outcome import (
     Verdict,
     classify_http,
     classify_mqtt_reason,

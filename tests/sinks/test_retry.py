@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.retry import RETRY_AFTER_CAP_S, backoff_s, retry_delay_s
+from agent.core.retry import RETRY_AFTER_CAP_S, backoff_s, retry_delay_s
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.sinks.settings import Backoff, HttpUpstream, MqttUpstream, Upstream
+from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream, Upstream
 
 
 @pytest.mark.parametrize(

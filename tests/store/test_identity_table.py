@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent.contract import Delivery, Rejection
-from agent.intake import parse_delivery
+from agent.core.contract import Delivery, Rejection
+from agent.core.intake import parse_delivery
 from agent.store import report
 from agent.store.store import Store
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agent.contract import Delivery, format_timestamp
-from agent.intake import parse_delivery
+from agent.core.contract import Delivery, format_timestamp
+from agent.core.intake import parse_delivery
 from agent.store import report
 from agent.store.prune import prune
 from agent.store.retention import RetentionSettings

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.contract import Delivery, format_timestamp
-from agent.intake import parse_delivery
+from agent.core.contract import Delivery, format_timestamp
+from agent.core.intake import parse_delivery
 from agent.store.prune import prune
 from agent.store.prune_plan import plan
 from agent.store.retention import RetentionSettings

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.errors import ConfigError
+from agent.core.errors import ConfigError
 from agent.store import retention as r
 from agent.store.budget import SizeFacts, assess
 

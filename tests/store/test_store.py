@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from agent.contract import Anomaly, Delivery
-from agent.errors import StoreError, StoreFull
-from agent.intake import parse_delivery
+from agent.core.contract import Anomaly, Delivery
+from agent.core.decide import BootSighting
+from agent.core.errors import StoreError, StoreFull
+from agent.core.intake import parse_delivery
 from agent.store import report
-from agent.store.decide import BootSighting
 from agent.store.schema import MIGRATIONS
 from agent.store.store import Store
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.store.decide import BootSighting, new_boots
+from agent.core.decide import BootSighting, new_boots
 
 
 def seen(boot: str, live: bool = True, device: str = "PUMP-07") -> BootSighting:

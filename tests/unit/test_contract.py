@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.contract import (
+from agent.core.contract import (
     ContractError,
     Key,
     ce_anomaly_id,

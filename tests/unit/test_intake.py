@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.contract import Delivery, Rejection
-from agent.intake import parse_delivery
+from agent.core.contract import Delivery, Rejection
+from agent.core.intake import parse_delivery
 
 NOW = "2026-04-22T09:00:00.000Z"
 

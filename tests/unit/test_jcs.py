@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.jcs import CanonicalJsonError, canonical_json, canonical_json_general, format_number
+from agent.core.jcs import CanonicalJsonError, canonical_json, canonical_json_general, format_number
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from agent.service import _loop_exception
+from agent.service.run import _loop_exception
 
 
 async def test_known_paho_socket_race_is_one_line_without_traceback(caplog: pytest.LogCaptureFixture) -> None:

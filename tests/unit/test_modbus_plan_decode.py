@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.sources.modbus_decode import DecodeError, decode, encode
-from agent.sources.modbus_plan import Block, plan_blocks, plan_reads, take
+from agent.sources.modbus.decode import DecodeError, decode, encode
+from agent.sources.modbus.plan import Block, plan_blocks, plan_reads, take
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.transitions import (
+from agent.core.tracker import (
     ChannelRead,
     DeviceTracker,
     Observations,

@@ -1,7 +1,7 @@
 """The event identity contract as plain functions (docs/contract.md).
 
 Pure: no I/O, no clock. Everything that decides what "the same event" means
-lives here or in `agent.jcs`, so that it can be pinned by table tests:
+lives here or in `agent.core.jcs`, so that it can be pinned by table tests:
 
 * ids (`source`, `transitionId`, `bootId`) are text; a JSON integer is taken
   as its decimal text (`91` == `"91"`, `"091"` is another id). Text is kept
@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
-from agent.jcs import canonical_json
+from agent.core.jcs import canonical_json
 
 
 class Decision(StrEnum):

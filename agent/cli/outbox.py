@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
-from agent import render
-from agent.contract import ContractError, format_timestamp, parse_timestamp
+from agent.cli import render
+from agent.core.contract import ContractError, format_timestamp, parse_timestamp
 from agent.store import report
 from agent.store.outbox import Outbox, UpstreamCounts
 from agent.store.store import Store
@@ -29,7 +29,7 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _run(fn: Callable[[], Awaitable[T]]) -> T:
-    from agent.cli_common import run_async
+    from agent.cli.common import run_async
 
     return run_async(fn)
 

@@ -1,7 +1,7 @@
 """Where the store is and how it is opened: from --db, or from the config's `store:` section.
 
 Units are parsed here (sizes like `512MB`). The full gateway configuration
-(devices, upstreams) is validated by `agent.config`; the store commands only
+(devices, upstreams) is validated by `agent.config.loader`; the store commands only
 need this part, so they work on a gateway whose device maps are being edited.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from agent.errors import ConfigError
+from agent.core.errors import ConfigError
 
 DEFAULT_CONFIG = "/etc/edge-agent/config.yaml"
 

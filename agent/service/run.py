@@ -32,15 +32,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agent import sdnotify
-from agent.config import Config
-from agent.contract import format_timestamp
-from agent.errors import StoreCorrupt, StoreError
-from agent.forwarder import Forwarder, build_sink
-from agent.live import ServiceLive
-from agent.recorder import Recorder
+from agent.config.loader import Config
+from agent.core.contract import format_timestamp
+from agent.core.decide import Outcome
+from agent.core.errors import StoreCorrupt, StoreError
+from agent.core.live import ServiceLive
+from agent.service import sdnotify
+from agent.service.forwarder import Forwarder, build_sink
+from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
-from agent.store.decide import Outcome
 from agent.store.outbox import Outbox
 from agent.store.prune import run_retention
 from agent.store.retention import RetentionSettings
@@ -98,7 +98,7 @@ class Service:
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.ready = asyncio.Event()
         self.decisions: dict[str, int] = {}
-        self.collector: Any = None  # agent.metrics.SnapshotCollector when metrics are on
+        self.collector: Any = None  # agent.service.metrics.SnapshotCollector when metrics are on
         self._outbox_counts: list[dict[str, Any]] = []
         self._counts_at = 0.0
 
@@ -137,7 +137,7 @@ class Service:
 
         recorder = Recorder(store, on_commit=committed)
         if cfg.metrics is not None and cfg.metrics.listen:
-            from agent import metrics  # prometheus-client is imported only when metrics are on
+            from agent.service import metrics  # prometheus-client is imported only when metrics are on
 
             self.collector = metrics.SnapshotCollector()
             metrics.serve(cfg.metrics.listen, self.collector)

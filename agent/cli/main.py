@@ -17,10 +17,11 @@ from typing import Any
 
 import click
 
-from agent import __version__, render
-from agent.cli_common import EX_CONFIG, EX_IOERR, Context, run_async  # noqa: F401
-from agent.errors import ConfigError
-from agent.settings import DEFAULT_CONFIG, parse_size
+from agent import __version__
+from agent.cli import render
+from agent.cli.common import EX_CONFIG, EX_IOERR, Context, run_async  # noqa: F401
+from agent.config.store import DEFAULT_CONFIG, parse_size
+from agent.core.errors import ConfigError
 from agent.sources.importer import import_file
 from agent.store import report
 from agent.store.store import Store
@@ -378,7 +379,7 @@ def demo_cmd(keep: str | None) -> None:
     prints the report and where the store is, so you can run `report`,
     `boots`, `pending` and `outbox` on it yourself.
     """
-    from agent import demo  # the simulators are an independent peer; only these commands reach them
+    from agent.cli import demo  # the simulators are an independent peer; only these commands reach them
 
     t0 = time.monotonic()
 
@@ -410,25 +411,25 @@ def main() -> None:
     cli(prog_name="edge-agent")
 
 
-from agent.cli_prune import prune_cmd  # noqa: E402  (retention, issue 8)
+from agent.cli.prune import prune_cmd  # noqa: E402  (retention, issue 8)
 
 cli.add_command(prune_cmd)
 
-from agent.cli_outbox import outbox_cmd, replay_cmd  # noqa: E402  (registration of the delivery commands)
+from agent.cli.outbox import outbox_cmd, replay_cmd  # noqa: E402  (registration of the delivery commands)
 
 cli.add_command(outbox_cmd)
 cli.add_command(replay_cmd)
 
-from agent.cli_check import check  # noqa: E402  (configuration check and device probe, issue 4)
+from agent.cli.check import check  # noqa: E402  (configuration check and device probe, issue 4)
 
 cli.add_command(check)
 
-from agent.cli_service import run_cmd, status_cmd  # noqa: E402  (the service, issue 6)
+from agent.cli.service import run_cmd, status_cmd  # noqa: E402  (the service, issue 6)
 
 cli.add_command(run_cmd)
 cli.add_command(status_cmd)
 
-from agent.cli_certs import certs  # noqa: E402  (OPC UA client certificate, issue 7)
+from agent.cli.certs import certs  # noqa: E402  (OPC UA client certificate, issue 7)
 
 cli.add_command(certs)
 

@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from agent.contract import Anomaly, Delivery, format_timestamp, payload_hash
+from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash
 
 U32 = 2**32
 Range = tuple[int, int]

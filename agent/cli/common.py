@@ -1,7 +1,7 @@
 """What every command shares: the store context, exit codes, and running a command's coroutine.
 
-Kept apart from `agent.cli` so that command modules never import the module that registers
-them (that import cycle breaks `python -m agent.cli`).
+Kept apart from `agent.cli.main` so that command modules never import the module that registers
+them (that import cycle breaks `python -m agent`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import click
 
-from agent.errors import ConfigError, StoreError
-from agent.settings import store_settings
+from agent.config.store import store_settings
+from agent.core.errors import ConfigError, StoreError
 from agent.store.store import Store
 
 EX_IOERR = 74

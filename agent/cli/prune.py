@@ -3,7 +3,7 @@
 Horizons come from the config's `store.retention` section (when the config
 file exists), then from the options; the defaults are in
 `agent.store.retention`. Registered on the `cli` group at the bottom of
-agent/cli.py.
+agent/cli/main.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 import click
 import yaml
 
-from agent.cli_common import Context, run_async
-from agent.contract import ContractError, format_timestamp, parse_timestamp
-from agent.errors import ConfigError
-from agent.settings import store_settings
+from agent.cli.common import Context, run_async
+from agent.config.store import store_settings
+from agent.core.contract import ContractError, format_timestamp, parse_timestamp
+from agent.core.errors import ConfigError
 from agent.store import budget
 from agent.store.prune import prune
 from agent.store.prune_plan import plan

@@ -26,8 +26,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.contract import Decision, Delivery, Key, Rejection
-from agent.intake import incomplete_reason
+from agent.core.contract import Decision, Delivery, Key, Rejection
+from agent.core.intake import incomplete_reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from agent.contract import Delivery, format_timestamp
-from agent.errors import StoreError
-from agent.store.decide import BootSighting, Outcome
+from agent.core.contract import Delivery, format_timestamp
+from agent.core.decide import BootSighting, Outcome
+from agent.core.errors import StoreError
+from agent.core.tracker import Observations
 from agent.store.store import Store
-from agent.transitions import Observations
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ another round trip; a PLC that refuses reads of unmapped addresses wants ``max_g
 Consistency: a controller serves one request atomically. When the boot id and every channel
 field fit one block, one request gives a consistent snapshot. Otherwise the plan reads the
 boot id first and again last (``recheck_boot``), and a snapshot whose boot id moved is read
-again (see :mod:`agent.transitions`).
+again (see :mod:`agent.core.tracker`).
 """
 
 from __future__ import annotations

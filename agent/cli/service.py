@@ -12,10 +12,11 @@ from typing import Any
 
 import click
 
-from agent import logs, render
-from agent.config import load
-from agent.contract import format_timestamp, parse_timestamp
-from agent.errors import ConfigError, StoreError
+from agent.cli import render
+from agent.config.loader import load
+from agent.core.contract import format_timestamp, parse_timestamp
+from agent.core.errors import ConfigError, StoreError
+from agent.service import logs
 from agent.store import budget
 from agent.store.outbox import Outbox
 from agent.store.retention import RetentionSettings
@@ -48,7 +49,7 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     time and exits 0. A configuration error exits 78 before anything starts
     (the unit does not restart on 78); a store that cannot be opened exits 74.
     """
-    from agent.service import serve  # imports the protocol libraries: only when running
+    from agent.service.run import serve  # imports the protocol libraries: only when running
 
     logs.setup(log_level)
     path = config_path or ctx.obj.config
@@ -87,7 +88,7 @@ def status_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> No
         finally:
             await store.close()
 
-    from agent.cli_common import run_async
+    from agent.cli.common import run_async
 
     status = run_async(go)
     if as_json:

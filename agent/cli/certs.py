@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agent.sources.opcua_trust import describe
+from agent.sources.opcua.trust import describe
 
 EX_CONFIG = 78
 DEFAULT_DIR = "/etc/edge-agent/pki"

@@ -10,22 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.config_yaml import (
-    _bool,
-    _Ctx,
-    _device_name,
-    _empty,
-    _int_in,
-    _list,
-    _one_of,
-    _positive_duration,
-    _Section,
-    _text,
-    _values,
-)
-from agent.settings import parse_size
-from agent.sources.modbus_decode import WORDS
-from agent.sources.settings import (
+from agent.config.sources import (
     DEPRECATED_POLICIES,
     MAX_MESSAGE_SIZE,
     SECURE_POLICIES,
@@ -41,6 +26,21 @@ from agent.sources.settings import (
     Ring,
     WordOrder,
 )
+from agent.config.store import parse_size
+from agent.config.yaml_lines import (
+    _bool,
+    _Ctx,
+    _device_name,
+    _empty,
+    _int_in,
+    _list,
+    _one_of,
+    _positive_duration,
+    _Section,
+    _text,
+    _values,
+)
+from agent.sources.modbus.decode import WORDS
 
 TABLES = ("holding", "input", "coil", "discrete")
 

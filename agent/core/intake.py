@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.contract import (
+from agent.core.contract import (
     ContractError,
     Delivery,
     Rejection,
@@ -25,7 +25,7 @@ from agent.contract import (
     normalize_timestamp,
     payload_hash_of_text,
 )
-from agent.jcs import CanonicalJsonError, canonical_json
+from agent.core.jcs import CanonicalJsonError, canonical_json
 
 KNOWN_FIELDS = frozenset({"source", "transitionId", "bootId", "sourceTimestamp", "arrivalAt", "payload"})
 IDENTITY_FIELDS = ("source", "transitionId", "bootId")

@@ -27,8 +27,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.config_devices import _device
-from agent.config_yaml import (
+from agent.config.devices import _device
+from agent.config.sources import (
+    Channel,
+    Connection,
+    Device,
+    Events,
+    Field,
+    ModbusRtu,
+    ModbusTcp,
+    OpcUa,
+    OpcUaSecurity,
+    Ring,
+)
+from agent.config.store import parse_size
+from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream, Upstream
+from agent.config.yaml_lines import (
     ConfigProblems,
     Problem,
     _Ctx,
@@ -43,22 +57,8 @@ from agent.config_yaml import (
     _text,
     parse_duration,
 )
-from agent.contract import check_site
-from agent.errors import ConfigError
-from agent.settings import parse_size
-from agent.sinks.settings import Backoff, HttpUpstream, MqttUpstream, Upstream
-from agent.sources.settings import (
-    Channel,
-    Connection,
-    Device,
-    Events,
-    Field,
-    ModbusRtu,
-    ModbusTcp,
-    OpcUa,
-    OpcUaSecurity,
-    Ring,
-)
+from agent.core.contract import check_site
+from agent.core.errors import ConfigError
 
 T = TypeVar("T")
 

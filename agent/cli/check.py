@@ -11,10 +11,10 @@ import sys
 
 import click
 
-from agent import config
-from agent.errors import ConfigError, SourceUnavailable
-from agent.settings import DEFAULT_CONFIG
-from agent.transitions import Snapshot
+from agent.config import loader as config
+from agent.config.store import DEFAULT_CONFIG
+from agent.core.errors import ConfigError, SourceUnavailable
+from agent.core.tracker import Snapshot
 
 EX_UNAVAILABLE = 69
 EX_CONFIG = 78
@@ -68,8 +68,8 @@ async def _probe_all(cfg: config.Config, timeout: float) -> bool:
 async def _probe(device: config.Device, conn: config.Connection, timeout: float) -> str:
     # The protocol libraries (asyncua alone takes ~0.4 s to import) are loaded only to probe,
     # so every other command starts fast.
-    from agent.sources.modbus import ModbusSource
-    from agent.sources.opcua import OpcUaSource
+    from agent.sources.modbus.poller import ModbusSource
+    from agent.sources.opcua.poller import OpcUaSource
     from agent.sources.pollers import build_source
 
     source = build_source(device, conn)

@@ -34,17 +34,26 @@ from typing import Any
 
 import asyncua
 
-from agent.contract import format_timestamp
-from agent.errors import SourceUnavailable
+from agent.config.sources import Channel, Device, Field, OpcUa
+from agent.core.contract import format_timestamp
+from agent.core.errors import SourceUnavailable
+from agent.core.tracker import (
+    ChannelRead,
+    DeviceTracker,
+    Observations,
+    RingItem,
+    RingRead,
+    Snapshot,
+)
 from agent.sources.base import StateLog
-from agent.sources.opcua_trust import (
+from agent.sources.opcua.trust import (
     describe,
     first_certificate,
     load_trust_list,
     read_certificate,
     untrusted_reason,
 )
-from agent.sources.opcua_values import array_problem, scalar_problem
+from agent.sources.opcua.values import array_problem, scalar_problem
 from agent.sources.readings import (
     BadValue,
     boot_number,
@@ -56,15 +65,6 @@ from agent.sources.readings import (
     ring_channel,
     ring_item,
     timestamp_value,
-)
-from agent.sources.settings import Channel, Device, Field, OpcUa
-from agent.transitions import (
-    ChannelRead,
-    DeviceTracker,
-    Observations,
-    RingItem,
-    RingRead,
-    Snapshot,
 )
 
 log = logging.getLogger(__name__)

@@ -31,16 +31,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import assert_never
 
-from agent.contract import format_timestamp
-from agent.errors import StoreError
-from agent.retry import retry_delay_s
+from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
+from agent.core.contract import format_timestamp
+from agent.core.errors import StoreError
+from agent.core.records import Entry
+from agent.core.retry import retry_delay_s
+from agent.core.send_outcome import Outcome, Verdict, rejected, retry
 from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode
 from agent.sinks.http import HttpSink
 from agent.sinks.mqtt import MqttSink
-from agent.sinks.outcome import Outcome, Verdict, rejected, retry
-from agent.sinks.records import Entry
-from agent.sinks.settings import HttpUpstream, MqttUpstream, Upstream
 from agent.store.outbox import Outbox
 from agent.store.store import Store
 

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from agent.contract import ContractError
-from agent.errors import ConfigError
+from agent.core.contract import ContractError
+from agent.core.errors import ConfigError
 
 # --- errors --------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from agent.config import load
-from agent.service import Service
+from agent.config.loader import load
+from agent.service.run import Service
 from agent.store import report
 from agent.store.outbox import Outbox
 from agent.store.store import Store

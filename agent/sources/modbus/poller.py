@@ -1,6 +1,6 @@
 """Modbus TCP and RTU source (pymodbus 3.16): one client, one task, one tracker per connection.
 
-Reads follow :mod:`agent.sources.modbus_plan`: the boot id and all channel fields in one
+Reads follow :mod:`agent.sources.modbus.plan`: the boot id and all channel fields in one
 request where the map allows (the boot id read again after the other blocks otherwise), the
 ring (header and slots) in one request, and only when the tracker needs it (first read, after
 a reconnect, a boot change or a counter that moved by more than one). pymodbus' own
@@ -27,14 +27,14 @@ from typing import Any
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ModbusException
 
-from agent.contract import format_timestamp
-from agent.errors import SourceUnavailable
+from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
+from agent.core.contract import format_timestamp
+from agent.core.errors import SourceUnavailable
+from agent.core.tracker import ChannelRead, DeviceTracker, Observations, RingItem, RingRead, Snapshot
 from agent.sources.base import StateLog
-from agent.sources.modbus_decode import DecodeError, decode
-from agent.sources.modbus_plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
+from agent.sources.modbus.decode import DecodeError, decode
+from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
 from agent.sources.readings import BadValue, boot_number, channel_fields, channel_read, ring_item
-from agent.sources.settings import Channel, Device, Field, ModbusRtu, ModbusTcp
-from agent.transitions import ChannelRead, DeviceTracker, Observations, RingItem, RingRead, Snapshot
 
 log = logging.getLogger(__name__)
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; we log what we catch
