@@ -3,9 +3,10 @@
 Pure: the caller passes the arrival time and the receiver. Rules (contract
 sections 2 and 5):
 
-* `rejected` is decided first: not UTF-8, not JSON, not an object, `payload`
-  not an object, an id that is neither text nor integer, a timestamp that is
-  not RFC 3339 with offset, or content with no canonical JSON form.
+* `rejected` is decided first: not UTF-8, not JSON, nested deeper than
+  `MAX_NESTING` arrays/objects, not an object, `payload` not an object, an
+  id that is neither text nor integer, a timestamp that is not RFC 3339
+  with offset, or content with no canonical JSON form.
 * otherwise the identity may be incomplete (source, transitionId or bootId
   missing, null or empty): that is a decision of the store, not a rejection.
 * unknown top-level fields are kept (in the raw text, and as `evidence`) and
@@ -29,6 +30,9 @@ from agent.core.jcs import CanonicalJsonError, canonical_json
 
 KNOWN_FIELDS = frozenset({"source", "transitionId", "bootId", "sourceTimestamp", "arrivalAt", "payload"})
 IDENTITY_FIELDS = ("source", "transitionId", "bootId")
+MAX_NESTING = (
+    64  # arrays/objects inside each other; deeper input is rejected before any recursive code sees it
+)
 
 
 def _no_constants(name: str) -> Any:
@@ -48,6 +52,9 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
             raise ContractError(f"not UTF-8 (byte {exc.start})") from exc
     else:
         text = raw
+    # Counting brackets runs at C speed; the exact scan only when there are more than the limit.
+    if text.count("[") + text.count("{") > MAX_NESTING and (depth := nesting_depth(text)) > MAX_NESTING:
+        raise ContractError(f"nested {depth} levels deep; at most {MAX_NESTING} are accepted")
     try:
         obj = _DECODER.decode(text)
     except (json.JSONDecodeError, ValueError) as exc:
@@ -55,6 +62,31 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise ContractError(f"not a JSON object (a {type(obj).__name__})")
     return obj
+
+
+def nesting_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text (brackets inside strings do not count).
+
+    Iterative, so no input can reach a recursion limit.
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def parse_delivery(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.core.contract import Delivery, Rejection
-from agent.core.intake import parse_delivery
+from agent.core.intake import MAX_NESTING, nesting_depth, parse_delivery
 
 NOW = "2026-04-22T09:00:00.000Z"
 
@@ -87,3 +87,31 @@ def test_arrival_defaults_to_now_and_payload_to_empty_object() -> None:
     got = parse_delivery('{"source":"P/T","transitionId":"1","bootId":"B"}', arrival_at=NOW, receiver="t")
     assert isinstance(got, Delivery)
     assert got.arrival_at == NOW and got.payload == {} and got.payload_json == "{}"
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ('{"a": 1}', 1),
+        ('{"a": [1, {"b": []}]}', 4),
+        ('{"a": "[[[[{{{{"}', 1),
+        ('{"a": "\\\\\\"[[["}', 1),
+        ("[]", 1),
+        ("1", 0),
+    ],
+)
+def test_nesting_depth_counts_brackets_outside_strings(text: str, depth: int) -> None:
+    assert nesting_depth(text) == depth
+
+
+@pytest.mark.parametrize("levels", [MAX_NESTING - 1, MAX_NESTING, 10_000, 200_000])
+def test_deep_nesting_is_rejected_with_a_reason_never_a_recursion_error(levels: int) -> None:
+    inner = "[" * (levels - 1) + "]" * (levels - 1)
+    line = '{"source": "PUMP-07/Trip", "transitionId": 1, "bootId": "B1", "payload": {"v": ' + inner + "}}"
+    out = parse_delivery(line, arrival_at="2026-04-22T08:00:00.000Z", receiver="t")
+    # the payload object itself is one level, the outer object another: levels + 1 in all
+    if levels + 1 <= MAX_NESTING:
+        assert isinstance(out, Delivery)
+    else:
+        assert isinstance(out, Rejection)
+        assert f"at most {MAX_NESTING}" in out.reason and str(levels + 1) in out.reason
