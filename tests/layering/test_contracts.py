@@ -1,0 +1,80 @@
+"""The layering contracts in pyproject.toml fail on the breaks they exist to catch.
+
+Each case copies the package to a temporary tree, adds one forbidden import to one module and runs
+`lint-imports` there: the named contract must come back BROKEN, and the untouched copy must pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+BREAKS = [
+    (
+        "agent/store/outbox.py",
+        "import agent.sinks.encode",
+        "sources, store and sinks never import each other",
+    ),
+    ("agent/sources/importer.py", "import agent.store", "sources, store and sinks never import each other"),
+    ("agent/sinks/mqtt.py", "import agent.sinks.http", "the two senders never import each other"),
+    ("agent/config/loader.py", "import agent.sources.pollers", "config imports only core"),
+    (
+        "agent/core/contract.py",
+        "import agent.config",
+        "core is the ground floor: it imports nothing else of agent",
+    ),
+    (
+        "agent/core/jcs.py",
+        "import yaml",
+        "core is pure: no database, protocol, network, terminal or YAML library",
+    ),
+    ("agent/service/recorder.py", "import aiosqlite", "only the store speaks SQLite"),
+    (
+        "agent/store/report.py",
+        "import agent.cli.render",
+        "sources, store and sinks never reach up into the service or the CLI",
+    ),
+    (
+        "devices/plant.py",
+        "import agent.core.contract",
+        "devices/ is an independent peer: it never imports agent",
+    ),
+]
+
+
+def _tree(tmp: Path) -> Path:
+    for name in ("agent", "devices"):
+        shutil.copytree(ROOT / name, tmp / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp / "pyproject.toml")
+    return tmp
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    if not LINT.exists():
+        pytest.skip(f"lint-imports is not installed beside {sys.executable}")
+    return subprocess.run([str(LINT)], cwd=tree, capture_output=True, text=True, timeout=120)
+
+
+def test_the_house_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
+    out = _lint(_tree(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "BROKEN" not in out.stdout
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), BREAKS, ids=[b[0] for b in BREAKS])
+def test_a_forbidden_import_breaks_the_contract_that_names_it(
+    tmp_path: Path, module: str, line: str, contract: str
+) -> None:
+    tree = _tree(tmp_path)
+    path = tree / module
+    path.write_text(path.read_text() + f"\n{line}  # a deliberate break\n")
+    out = _lint(tree)
+    assert out.returncode != 0
+    assert f"{contract} BROKEN" in out.stdout, out.stdout
