@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent.sources.modbus.decode import WORDS
+from agent.config.registers import WORDS
 
 WordOrder = Literal["big", "little"]
 
