@@ -1,5 +1,6 @@
 """Device entries of the configuration: connections, field maps, channels, ring buffers.
 
+Reads YAML sections into the `agent.config.sources` dataclasses; never imports the pollers.
 A device entry is exactly what ``devices.plant.Plant.config_yaml()`` emits: each field spec may
 carry the keys of both protocols (Modbus ``register``/``type``, OPC UA ``node``) and each
 connection uses the keys of its own protocol.

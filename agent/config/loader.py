@@ -1,5 +1,6 @@
 """The gateway configuration: YAML to typed, frozen dataclasses, checked before anything starts.
 
+Imports only `agent.config` and `agent.core`; it opens no store and no connection.
 Every problem is collected (not just the first) and reported as ``file:line: key: message``,
 e.g. ``devices.d/pump-07.yaml:12: devices[0].channels.Trip.state.register: must be <= 65535``.
 :func:`load` raises :class:`ConfigProblems` (a ``ConfigError``, exit code 78) with all of them.
@@ -16,7 +17,8 @@ Shape (``config.example.yaml`` has every key with a comment)::
 
 A device entry is exactly what ``devices.plant.Plant.config_yaml()`` emits: each field spec may
 carry the keys of both protocols (Modbus ``register``/``type``, OPC UA ``node``) and each
-connection uses the keys of its own protocol. Durations take units (``250ms``, ``5s``, ``2m``).
+connection uses the keys of its own protocol. Durations take units (``250ms``, ``5s``, ``2m``,
+``30d``) and sizes may (``512MB``, ``2GiB``): one parser each, in `agent.config.units`.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Every value keeps the line it came from, so each problem can be reported as
 ``file:line: key: message``; a `_Section` collects problems instead of raising at the first.
+It knows nothing of what the keys mean: that is for the readers in the other config modules.
 """
 
 from __future__ import annotations

@@ -121,7 +121,9 @@ def test_a_bad_retention_value_exits_78_with_file_and_line() -> None:
 
 def test_the_store_commands_read_a_config_whose_device_map_is_broken(tmp_path: Path) -> None:
     path = write(
-        tmp_path, "  path: /tmp/x.db\n  max_size: 1GiB\n  retention: {arrivals: 5d, payloads: 10d}\n", "devices: 7\n"
+        tmp_path,
+        "  path: /tmp/x.db\n  max_size: 1GiB\n  retention: {arrivals: 5d, payloads: 10d}\n",
+        "devices: 7\n",
     )
     got = store_settings(db=None, config_path=str(path), synchronous=None, max_size=None)
     assert got == ("/tmp/x.db", "FULL", 1024**3)
