@@ -37,9 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.config.retention import RetentionSettings
 from agent.core.contract import Delivery, format_timestamp, payload_hash
 from agent.store.prune import PruneTotals, prune
-from agent.store.retention import RetentionSettings
 from agent.store.store import Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -20,7 +20,8 @@ import click
 from agent import __version__
 from agent.cli import render
 from agent.cli.common import EX_CONFIG, EX_IOERR, Context, run_async  # noqa: F401
-from agent.config.store import DEFAULT_CONFIG, parse_size
+from agent.config.store import DEFAULT_CONFIG
+from agent.config.units import parse_size
 from agent.core.errors import ConfigError
 from agent.sources.importer import import_file
 from agent.store import report

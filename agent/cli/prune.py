@@ -2,7 +2,7 @@
 
 Horizons come from the config's `store.retention` section (when the config
 file exists), then from the options; the defaults are in
-`agent.store.retention`. Registered on the `cli` group at the bottom of
+`agent.config.retention`. Registered on the `cli` group at the bottom of
 agent/cli/main.py.
 """
 
@@ -11,35 +11,24 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from agent.cli.common import Context, run_async
-from agent.config.store import store_settings
+from agent.config.retention import RetentionSettings, check_order, horizon
+from agent.config.store import store_retention, store_settings
 from agent.core.contract import ContractError, format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError
 from agent.store import budget
 from agent.store.prune import prune
 from agent.store.prune_plan import plan
-from agent.store.retention import RetentionSettings, check_order, parse_duration, parse_retention
 
 
 def retention_of(obj: Context, overrides: dict[str, str | None]) -> RetentionSettings:
     """store.retention from the config (if the file exists), then the command-line overrides."""
-    section: Any = None
-    cfg = Path(obj.config)
-    if cfg.exists():
-        try:
-            doc = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{cfg}: not valid YAML: {exc}") from exc
-        store = doc.get("store") if isinstance(doc, dict) else None
-        section = store.get("retention") if isinstance(store, dict) else None
-    settings = parse_retention(section)
-    changes: dict[str, Any] = {k: parse_duration(v, f"--{k}") for k, v in overrides.items() if v is not None}
+    settings = store_retention(obj.config)
+    changes: dict[str, Any] = {k: horizon(v, f"--{k}") for k, v in overrides.items() if v is not None}
     if changes:
         settings = dataclasses.replace(settings, **changes)
         check_order(settings, "options")

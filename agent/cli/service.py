@@ -14,12 +14,12 @@ import click
 
 from agent.cli import render
 from agent.config.loader import load
+from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError, StoreError
 from agent.service import logs
 from agent.store import budget
 from agent.store.outbox import Outbox
-from agent.store.retention import RetentionSettings
 
 EX_IOERR = 74
 EX_CONFIG = 78

@@ -1,5 +1,6 @@
 """Device entries of the configuration: connections, field maps, channels, ring buffers.
 
+Reads YAML sections into the `agent.config.sources` dataclasses; never imports the pollers.
 A device entry is exactly what ``devices.plant.Plant.config_yaml()`` emits: each field spec may
 carry the keys of both protocols (Modbus ``register``/``type``, OPC UA ``node``) and each
 connection uses the keys of its own protocol.
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent.config.fields import _check_modbus_reads, _counter, _FieldReader
 from agent.config.sources import (
     DEPRECATED_POLICIES,
     MAX_MESSAGE_SIZE,
@@ -26,7 +28,7 @@ from agent.config.sources import (
     Ring,
     WordOrder,
 )
-from agent.config.store import parse_size
+from agent.config.units import parse_size
 from agent.config.yaml_lines import (
     _bool,
     _Ctx,
@@ -38,11 +40,7 @@ from agent.config.yaml_lines import (
     _positive_duration,
     _Section,
     _text,
-    _values,
 )
-from agent.sources.modbus.decode import WORDS
-
-TABLES = ("holding", "input", "coil", "discrete")
 
 # --- devices ---------------------------------------------------------------------------------
 
@@ -60,15 +58,8 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
         s.ctx.problem(s.line, s.key_path("channels"), "missing")
     channels = _channels(s.sub("channels"), fields)
     ring = _ring(s.sub("ring"), fields, modbus) if s.has("ring") else None
-    events = None
-    if s.has("events"):
-        e = s.sub("events")
-        events = Events(e.get("node", _text, "", required=True), e.get("type", _text, "", required=True))
-        e.finish()
-    backoff = s.sub("backoff")
-    initial = backoff.get("initial", _positive_duration, 0.25)
-    maximum = backoff.get("max", _positive_duration, 10.0)
-    backoff.finish()
+    events = _events(s.sub("events")) if s.has("events") else None
+    initial, maximum = _backoff(s.sub("backoff"))
     dev = Device(
         name=name,
         connections=connections,
@@ -88,6 +79,19 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
     if modbus:
         _check_modbus_reads(s, dev)
     return dev
+
+
+def _events(e: _Section) -> Events:
+    out = Events(e.get("node", _text, "", required=True), e.get("type", _text, "", required=True))
+    e.finish()
+    return out
+
+
+def _backoff(b: _Section) -> tuple[float, float]:
+    """Reconnect delay: (initial, max) in seconds."""
+    out = (b.get("initial", _positive_duration, 0.25), b.get("max", _positive_duration, 10.0))
+    b.finish()
+    return out
 
 
 def _connections(s: _Section) -> tuple[Connection, ...]:
@@ -202,7 +206,6 @@ def _opcua_security(s: _Section) -> OpcUaSecurity:
     """Secure by default: no ``security:`` means SignAndEncrypt/Basic256Sha256, which needs our
     certificate and a trusted server certificate. ``policy: None`` must be written out."""
     sec = s.sub("security")
-    where = sec.path
     policy = "Basic256Sha256"
     if sec.has("policy"):
         raw = sec.raw("policy")
@@ -224,6 +227,12 @@ def _opcua_security(s: _Section) -> OpcUaSecurity:
         application_uri=sec.get("application_uri", _text, ""),
     )
     sec.finish()
+    _security_problems(s, sec, out)
+    return out
+
+
+def _security_problems(s: _Section, sec: _Section, out: OpcUaSecurity) -> None:
+    """A secured link needs our certificate and key, and the server's certificate trusted."""
     if not s.has("security"):
         if out.certificate is None:  # nothing said at all: one problem that says what to do
             s.problem(
@@ -233,79 +242,20 @@ def _opcua_security(s: _Section) -> OpcUaSecurity:
                 "certificate in server_certificate or trusted; write security: {policy: None} to connect "
                 "without security",
             )
-        return out
+        return
     if out.certificate is None or out.private_key is None:
         sec.ctx.problem(
             sec.line,
-            f"{where}.certificate",
+            f"{sec.path}.certificate",
             "our certificate and private_key are needed (`edge-agent certs` creates them)",
         )
     if out.server_certificate is None and out.trusted is None:
         sec.ctx.problem(
             sec.line,
-            f"{where}.trusted",
+            f"{sec.path}.trusted",
             "the server's certificate must be trusted explicitly: give server_certificate (pin one) "
             "or trusted (a directory of trusted certificates); there is no trust on first use",
         )
-    return out
-
-
-class _FieldReader:
-    """Reads field specs; which keys are required depends on the device's connection kinds."""
-
-    def __init__(self, modbus: bool, opcua: bool) -> None:
-        self.modbus, self.opcua = modbus, opcua
-
-    def read(self, s: _Section, *, in_slot: bool = False, time: bool = False) -> Field:
-        register = s.get("register", _int_in(0, 65535), None)
-        offset = s.get("offset", _int_in(0, 124), None)
-        node = s.get("node", _text, None)
-        f = Field(
-            register=register,
-            type=s.get("type", _one_of(*WORDS), "uint64" if time else "uint16"),
-            table=s.get("table", _one_of(*TABLES), "holding"),
-            node=node,
-            values=s.get("values", _values, {}),
-            unit=s.get("unit", _one_of("ms", "s"), "ms"),
-            clock=s.get("clock", _zone, "UTC"),
-            offset=offset,
-            value=s.get("value", _int_in(0, 2**32 - 1), None),
-            word_order=s.get("word_order", _one_of("big", "little"), None),  # type: ignore[arg-type]
-            line=s.line,
-        )
-        s.get("epoch", _one_of("unix"), "unix")
-        where = "offset" if in_slot else "register"
-        if s.ok and self.modbus and (offset if in_slot else register) is None and f.value is None:
-            s.ctx.problem(s.line, s.key_path(where), "missing (the device has a Modbus connection)")
-        if s.ok and self.opcua and node is None and f.value is None:
-            s.ctx.problem(s.line, s.key_path("node"), "missing (the device has an OPC UA connection)")
-        if register is not None and register + f.words > 65536:
-            s.problem("register", f"a {f.type} at {register} runs past register 65535")
-        s.finish()
-        return f
-
-
-UNSIGNED = ("uint16", "uint32", "uint64")
-
-
-def _counter(s: _Section, key: str, f: Field) -> Field:
-    """Identity registers hold unsigned whole numbers: a float or signed type would let NaN or a
-    negative number become an id (docs/pollers.md, "Bad values")."""
-    if (f.register is not None or f.offset is not None) and f.type not in UNSIGNED:
-        s.problem(key, f"type {f.type} cannot hold an id or counter; use {', '.join(UNSIGNED)}")
-    return f
-
-
-def _zone(v: Any) -> str:
-    text = _text(v)
-    if text != "UTC":
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(text)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"{text!r} is not a time zone (e.g. UTC or Europe/Berlin)") from exc
-    return text
 
 
 def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
@@ -374,27 +324,3 @@ def _ring(s: _Section, fields: _FieldReader, modbus: bool) -> Ring:
         r.finish()
     s.finish()
     return Ring(head, capacity, ring_fields, count, register, size, read)
-
-
-def _check_modbus_reads(s: _Section, dev: Device) -> None:
-    """A slot field must fit its slot, and the ring read must cover header and slots."""
-    ring = dev.ring
-    if ring is None or ring.slot_size is None or ring.slots_register is None:
-        return
-    for name, f in ring.fields.items():
-        if f.offset is not None and f.offset + f.words > ring.slot_size:
-            s.ctx.problem(
-                f.line,
-                f"{s.path}.ring.slots.fields.{name}.offset",
-                f"a {f.type} at offset {f.offset} does not fit a slot of {ring.slot_size} registers",
-            )
-    if ring.read is not None:
-        start, count = ring.read
-        end = ring.slots_register + ring.slot_size * ring.slot_count
-        if ring.head.register is not None and not (start <= ring.head.register and end <= start + count):
-            s.ctx.problem(
-                s.line,
-                f"{s.path}.ring.read",
-                f"registers {start}..{start + count - 1} do not cover the head and all slots "
-                f"(up to {end - 1})",
-            )

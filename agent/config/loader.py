@@ -1,5 +1,6 @@
 """The gateway configuration: YAML to typed, frozen dataclasses, checked before anything starts.
 
+Imports only `agent.config` and `agent.core`; it opens no store and no connection.
 Every problem is collected (not just the first) and reported as ``file:line: key: message``,
 e.g. ``devices.d/pump-07.yaml:12: devices[0].channels.Trip.state.register: must be <= 65535``.
 :func:`load` raises :class:`ConfigProblems` (a ``ConfigError``, exit code 78) with all of them.
@@ -16,18 +17,19 @@ Shape (``config.example.yaml`` has every key with a comment)::
 
 A device entry is exactly what ``devices.plant.Plant.config_yaml()`` emits: each field spec may
 carry the keys of both protocols (Modbus ``register``/``type``, OPC UA ``node``) and each
-connection uses the keys of its own protocol. Durations take units (``250ms``, ``5s``, ``2m``).
+connection uses the keys of its own protocol. Durations take units (``250ms``, ``5s``, ``2m``,
+``30d``) and sizes may (``512MB``, ``2GiB``): one parser each, in `agent.config.units`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.config.devices import _device
+from agent.config.retention import RetentionSettings, read_retention
 from agent.config.sources import (
     Channel,
     Connection,
@@ -40,7 +42,7 @@ from agent.config.sources import (
     OpcUaSecurity,
     Ring,
 )
-from agent.config.store import parse_size
+from agent.config.units import parse_duration, parse_size
 from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream, Upstream
 from agent.config.yaml_lines import (
     ConfigProblems,
@@ -55,16 +57,13 @@ from agent.config.yaml_lines import (
     _read_yaml,
     _Section,
     _text,
-    parse_duration,
 )
 from agent.core.contract import check_site
-from agent.core.errors import ConfigError
 
 T = TypeVar("T")
 
 # --- the typed configuration ---------------------------------------------------------------
 
-TABLES = ("holding", "input", "coil", "discrete")
 __all__ = [
     "Channel",
     "Config",
@@ -78,6 +77,7 @@ __all__ = [
     "OpcUa",
     "OpcUaSecurity",
     "Problem",
+    "RetentionSettings",
     "Ring",
     "StoreConfig",
     "load",
@@ -90,7 +90,7 @@ class StoreConfig:
     path: str
     synchronous: str = "FULL"
     max_size: int | None = None
-    retention: Any = None
+    retention: RetentionSettings | None = None  # None: no `retention:` section, nothing is pruned
 
 
 @dataclass(frozen=True)
@@ -131,29 +131,29 @@ def load(path: str | Path, *, check_files: bool = True) -> Config:
     store = _store(top.sub("store"))
     upstreams = _upstreams(top)
     metrics = _metrics(top.sub("metrics")) if top.has("metrics") else None
-    devices: list[Device] = []
-    for i, entry in enumerate(top.get("devices", _list, _empty())):
-        devices.append(_device(_Section(ctx, entry, f"devices[{i}]", top.key_line("devices")), ctx))
+    devices = [
+        _device(_Section(ctx, entry, f"devices[{i}]", top.key_line("devices")), ctx)
+        for i, entry in enumerate(top.get("devices", _list, _empty()))
+    ]
     devices += _devices_dir(top, main, problems, check_files)
     top.finish()
-    seen: dict[str, Device] = {}
-    for d in devices:
-        if d.name in seen:
-            first = seen[d.name]
-            problems.append(
-                Problem(
-                    d.file,
-                    d.line,
-                    "name",
-                    f"device {d.name!r} is defined twice (also {first.file}:{first.line})",
-                )
-            )
-        seen[d.name] = d
+    _check_names(devices, problems)
     if not devices and not problems:
         problems.append(Problem(str(main), top.line, "devices", "no devices configured"))
     if problems:
         raise ConfigProblems(problems)
     return Config(site, gateway, store, tuple(devices), upstreams, metrics, str(main))
+
+
+def _check_names(devices: list[Device], problems: list[Problem]) -> None:
+    """A device name is the part of every source before '/': it must be unique."""
+    seen: dict[str, Device] = {}
+    for d in devices:
+        if d.name in seen:
+            first = seen[d.name]
+            message = f"device {d.name!r} is defined twice (also {first.file}:{first.line})"
+            problems.append(Problem(d.file, d.line, "name", message))
+        seen[d.name] = d
 
 
 def _devices_dir(top: _Section, main: Path, problems: list[Problem], check_files: bool) -> list[Device]:
@@ -185,26 +185,9 @@ def _store(s: _Section) -> StoreConfig:
     path = s.get("path", _text, "", required=True)
     sync = s.get("synchronous", lambda v: _one_of("FULL", "EXTRA", "NORMAL")(str(v).upper()), "FULL")
     max_size = s.get("max_size", parse_size, None)
-    retention = _retention(s) if s.has("retention") else None
+    retention = read_retention(s.sub("retention")) if s.has("retention") else None
     s.finish()
     return StoreConfig(path, sync, max_size, retention)
-
-
-def _retention(s: _Section) -> Any:
-    """Handed to ``agent.store.retention`` when that module exists (it owns the format)."""
-    raw = s.raw("retention")
-    try:
-        module = importlib.import_module("agent.store.retention")
-    except ImportError:
-        return dict(raw) if isinstance(raw, dict) else raw
-    parse = getattr(module, "parse_retention", None)
-    if parse is None:
-        return dict(raw) if isinstance(raw, dict) else raw
-    try:
-        return parse(dict(raw) if isinstance(raw, dict) else raw)
-    except (ValueError, TypeError, ConfigError) as exc:
-        s.problem("retention", str(exc))
-        return None
 
 
 def _metrics(s: _Section) -> Metrics:
@@ -253,18 +236,7 @@ def _dataclass_from(s: _Section, cls: type[T], fixed: dict[str, Any]) -> T | Non
         elif f"{k}_s" in names:
             kwargs[f"{k}_s"] = s.get(k, _positive_duration, names[f"{k}_s"].default)
         elif k in names:
-            value = s.raw(k)
-            kind = str(names[k].type)
-            if "int" in kind and (isinstance(value, bool) or not isinstance(value, int)):
-                s.problem(k, f"must be a whole number, not {_kind(value)}")
-            elif "str" in kind and not isinstance(value, str | int):
-                s.problem(k, f"must be text, not {_kind(value)}")
-            else:
-                kwargs[k] = (
-                    str(value)
-                    if "str" in kind and not isinstance(value, str) and "int" not in kind
-                    else value
-                )
+            _plain_value(s, k, str(names[k].type), kwargs)
     s.finish()
     try:
         obj = cls(**kwargs)
@@ -276,3 +248,16 @@ def _dataclass_from(s: _Section, cls: type[T], fixed: dict[str, Any]) -> T | Non
         first = key.split("/")[0]
         s.ctx.problem(s.key_line(first), s.key_path(key), message or str(text))
     return obj
+
+
+def _plain_value(s: _Section, key: str, kind: str, kwargs: dict[str, Any]) -> None:
+    """A whole number or a text setting, checked against the field's declared type."""
+    value = s.raw(key)
+    if "int" in kind and (isinstance(value, bool) or not isinstance(value, int)):
+        s.problem(key, f"must be a whole number, not {_kind(value)}")
+    elif "str" in kind and not isinstance(value, str | int):
+        s.problem(key, f"must be text, not {_kind(value)}")
+    else:
+        kwargs[key] = (
+            str(value) if "str" in kind and not isinstance(value, str) and "int" not in kind else value
+        )

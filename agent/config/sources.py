@@ -1,5 +1,6 @@
 """Typed settings of one controller (one entry of the config's `devices:` list).
 
+No parsing and no YAML here: the loader builds these, the sources read them.
 Plain frozen dataclasses, built by the YAML loader (`agent.config.loader`, which checks them and
 reports every problem with file and line) and by tests. The sources read only these, so they
 never depend on the loader, the sinks' settings or YAML. The YAML shape is in
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent.sources.modbus.decode import WORDS
+from agent.config.registers import WORDS
 
 WordOrder = Literal["big", "little"]
 

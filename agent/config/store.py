@@ -1,70 +1,80 @@
 """Where the store is and how it is opened: from --db, or from the config's `store:` section.
 
-Units are parsed here (sizes like `512MB`). The full gateway configuration
-(devices, upstreams) is validated by `agent.config.loader`; the store commands only
-need this part, so they work on a gateway whose device maps are being edited.
+The store commands read only this section (line-numbered, so errors say file:line: key), never
+the devices or upstreams: they work on a gateway whose device maps are being edited.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import yaml
-
+from agent.config.retention import DEFAULTS, RetentionSettings, read_retention
+from agent.config.units import parse_size
+from agent.config.yaml_lines import ConfigProblems, Problem, _Ctx, _one_of, _read_yaml, _Section, _text
 from agent.core.errors import ConfigError
 
 DEFAULT_CONFIG = "/etc/edge-agent/config.yaml"
-
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*", re.IGNORECASE)
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 1000,
-    "mb": 1000**2,
-    "gb": 1000**3,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
+T = TypeVar("T")
 
 
-def parse_size(text: str | int) -> int:
-    """`512MB`, `2GiB`, `1048576` -> bytes."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    m = _SIZE.fullmatch(str(text))
-    if m is None:
-        raise ConfigError(f"size {text!r} is not understood; write e.g. 512MB, 2GB or 1GiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+def _synchronous(value: Any) -> str:
+    return _one_of("FULL", "EXTRA", "NORMAL")(str(value).upper())
+
+
+def _option(check: Callable[[Any], T], value: Any, name: str) -> T:
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from exc
+
+
+def _store_section(config_path: str, problems: list[Problem]) -> _Section:
+    """The `store:` mapping of the config file; only a missing file or broken YAML stops here."""
+    cfg = Path(config_path)
+    if not cfg.exists():
+        raise ConfigError(
+            f"no --db given and the config file {cfg} does not exist; "
+            "pass --db PATH or -c FILE (a config with store.path)"
+        )
+    doc = _read_yaml(cfg, str(cfg), problems)
+    if doc is None:
+        raise ConfigProblems(problems)
+    problems.clear()  # a duplicate key elsewhere in the file is for `check` to report
+    top = _Section(_Ctx(str(cfg), problems), doc, "", 1)
+    return top.sub("store")
 
 
 def store_settings(
     *, db: str | None, config_path: str, synchronous: str | None, max_size: str | None
 ) -> tuple[str, str, int | None]:
     """(path, synchronous, max_bytes) of the store; --db and options win over the config."""
-    section: dict[str, Any] = {}
-    if db is None:
-        cfg = Path(config_path)
-        if not cfg.exists():
-            raise ConfigError(
-                f"no --db given and the config file {cfg} does not exist; "
-                "pass --db PATH or -c FILE (a config with store.path)"
-            )
-        try:
-            doc = yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{cfg}: not valid YAML: {exc}") from exc
-        store = doc.get("store") if isinstance(doc, dict) else None
-        if not isinstance(store, dict) or not isinstance(store.get("path"), str):
-            raise ConfigError(f"{cfg}: store.path: missing (the SQLite file of the store)")
-        section = store
-        db = str(store["path"])
-    sync = synchronous or str(section.get("synchronous", "FULL"))
-    if sync.upper() not in ("FULL", "EXTRA", "NORMAL"):
-        raise ConfigError(f"{config_path}: store.synchronous: must be FULL, EXTRA or NORMAL, not {sync!r}")
-    size = max_size if max_size is not None else section.get("max_size")
-    return db, sync.upper(), parse_size(size) if size is not None else None
+    sync = None if synchronous is None else _option(_synchronous, synchronous, "--synchronous")
+    size = None if max_size is None else _option(parse_size, max_size, "--max-db-size")
+    if db is not None:
+        return db, sync or "FULL", size
+    problems: list[Problem] = []
+    s = _store_section(config_path, problems)
+    if s.data.get("path") is None:
+        s.ctx.problem(s.line, "store.path", "missing (the SQLite file of the store)")
+    path = s.get("path", _text, "")
+    if sync is None:
+        sync = s.get("synchronous", _synchronous, "FULL")
+    if size is None:
+        size = s.get("max_size", parse_size, None)
+    if problems:
+        raise ConfigProblems(problems)
+    return path, sync, size
+
+
+def store_retention(config_path: str) -> RetentionSettings:
+    """`store.retention` of the config (defaults when the file or the section is missing)."""
+    if not Path(config_path).exists():
+        return DEFAULTS
+    problems: list[Problem] = []
+    s = _store_section(config_path, problems)
+    settings = read_retention(s.sub("retention"))
+    if problems:
+        raise ConfigProblems(problems)
+    return settings

@@ -1,5 +1,6 @@
 """Typed settings of one upstream (one entry of the config's `upstreams:` list).
 
+No YAML and no secrets here: the loader builds these, the sinks read them.
 Plain frozen dataclasses with defaults, built by the YAML loader (`agent.config.loader`)
 and by tests. They hold no secrets: passwords and tokens are read from files
 (e.g. systemd credentials under `$CREDENTIALS_DIRECTORY`) when a sink connects,

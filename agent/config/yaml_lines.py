@@ -2,6 +2,7 @@
 
 Every value keeps the line it came from, so each problem can be reported as
 ``file:line: key: message``; a `_Section` collects problems instead of raising at the first.
+It knows nothing of what the keys mean: that is for the readers in the other config modules.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from agent.config.units import parse_duration
 from agent.core.contract import ContractError
 from agent.core.errors import ConfigError
 
@@ -130,17 +132,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 # --- a checked view of one mapping -----------------------------------------------------------
 
 T = TypeVar("T")
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)\s*")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-
-def parse_duration(value: Any) -> float:
-    """``250ms``, ``5s``, ``2m``, ``1h`` -> seconds. A bare number is refused: units are required."""
-    m = _DURATION.fullmatch(value) if isinstance(value, str) else None
-    if m is None:
-        raise ValueError(f"{value!r} is not a duration; write it with a unit, e.g. 250ms, 5s, 2m")
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
 
 
 class _Section:

@@ -11,7 +11,7 @@ these functions decide each delivery, in batch order:
   canonical's own hash, else `conflict` (a repeat of the conflicting content
   is another conflict; a repeat of the canonical content a duplicate).
 
-Retention (agent/store/retention.py) adds two cases. A key whose payload was
+Retention (agent/core/retention.py) adds two cases. A key whose payload was
 pruned is still known from its compact key record: a re-delivery is decided
 against the record's hash as above and flagged `payload_pruned`. A key
 forgotten at the key horizon is not known any more; a new key that may be one

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config.loader import Config
+from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp
 from agent.core.decide import Outcome
 from agent.core.errors import StoreCorrupt, StoreError
@@ -43,7 +44,6 @@ from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
 from agent.store.outbox import Outbox
 from agent.store.prune import run_retention
-from agent.store.retention import RetentionSettings
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Pruning: the retention rules of `agent.store.retention` applied to a store, in small batches.
+"""Pruning: the retention rules of `agent.core.retention` applied to a store, in small batches.
 
 Each batch is one short `BEGIN IMMEDIATE ... COMMIT` under the store's lock
 over a window of at most `batch_rows` ids, so the recorder waits at most one
@@ -34,8 +34,9 @@ from typing import Any
 
 import aiosqlite
 
+from agent.config.retention import RetentionSettings
 from agent.core.errors import StoreError
-from agent.store.retention import Cutoffs, RetentionSettings, cutoffs
+from agent.core.retention import Cutoffs, cutoffs
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)

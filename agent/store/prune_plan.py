@@ -2,7 +2,7 @@
 
 Read-only. Only records older than their horizon are examined (younger ones
 stay for that reason alone); each is judged by the verdict functions of
-`agent.store.retention`, the statement of the rules that the tests hold the
+`agent.core.retention`, the statement of the rules that the tests hold the
 SQL of `agent.store.prune` to. Figures are for one run from the current state:
 the payload stage counts an event whose arrivals would go in the same run.
 """
@@ -14,18 +14,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent.store.prune import upstream_params
-from agent.store.retention import (
+from agent.config.retention import RetentionSettings, days_text
+from agent.core.retention import (
     ArrivalFacts,
     Cutoffs,
     EventFacts,
-    RetentionSettings,
     arrival_verdict,
     cutoffs,
-    days_text,
     key_verdict,
     payload_verdict,
 )
+from agent.store.prune import upstream_params
 from agent.store.store import Store
 
 

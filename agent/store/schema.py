@@ -117,7 +117,7 @@ MIGRATIONS: list[Migration] = [
 ]
 
 # Retention (issue 8). Kept as its own list entry so that it stays the last migration: see
-# agent/store/retention.py for what these tables mean.
+# agent/core/retention.py for what these tables mean.
 RETENTION_MIGRATION: Migration = (
     2,
     "retention: compact key records, forgotten-key watermarks, retention counters",

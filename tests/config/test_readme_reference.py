@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from agent.config.retention import RetentionSettings
 from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream
-from agent.store.retention import RetentionSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from agent.config.retention import RetentionSettings
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.intake import parse_delivery
 from agent.store import report
 from agent.store.prune import prune
-from agent.store.retention import RetentionSettings
 from agent.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.config.retention import RetentionSettings
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.intake import parse_delivery
 from agent.store.prune import prune
 from agent.store.prune_plan import plan
-from agent.store.retention import RetentionSettings
 from agent.store.store import Store
 
 pytestmark = pytest.mark.timeout(90)

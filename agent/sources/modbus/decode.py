@@ -11,17 +11,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-WORDS = {
-    "uint16": 1,
-    "int16": 1,
-    "uint32": 2,
-    "int32": 2,
-    "uint64": 4,
-    "int64": 4,
-    "float32": 2,
-    "float64": 4,
-    "bool": 1,
-}
+from agent.config.registers import WORDS
+
+__all__ = ["WORDS", "DecodeError", "counter_bits", "decode", "encode"]
+
 _FLOAT = {"float32": ">f", "float64": ">d"}
 
 

@@ -1,4 +1,7 @@
-"""Retention: what the store may forget, and when. Pure: settings, units, cutoffs, verdicts.
+"""Retention policy: what the store may forget, and when. Pure: cutoffs and verdicts, no I/O.
+
+The settings (horizons, batch sizes) are read by `agent.config.retention`; this module only
+needs the three horizons, whatever holds them.
 
 Three horizons, each counted back from `now` (an injected clock) against the
 newest evidence of a record (its arrival time, or its key's last arrival):
@@ -30,123 +33,25 @@ the tests that check the SQL against them.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Protocol
 
 from agent.core.contract import format_timestamp
-from agent.core.errors import ConfigError
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*", re.IGNORECASE)
-_UNIT = {
-    "ms": timedelta(milliseconds=1),
-    "s": timedelta(seconds=1),
-    "m": timedelta(minutes=1),
-    "h": timedelta(hours=1),
-    "d": timedelta(days=1),
-    "w": timedelta(weeks=1),
-}
 
 
-@dataclass(frozen=True, slots=True)
-class RetentionSettings:
-    """The `store.retention` section of the config, with safe defaults.
+class Horizons(Protocol):
+    """How long each kind of record is kept once delivered (the retention settings)."""
 
-    `batch_rows` bounds each pruning transaction (rows examined), so the
-    recorder never waits long for the write lock; `vacuum_pages` bounds each
-    `PRAGMA incremental_vacuum(N)` step. `duty` caps the share of wall time the
-    pruner holds the write lock (it sleeps between batches accordingly), so a
-    busy recorder keeps most of it. `high_water` is the share of the size
-    budget at which `status` and the log warn.
-    """
+    @property
+    def arrivals(self) -> timedelta: ...
 
-    arrivals: timedelta = timedelta(days=30)
-    payloads: timedelta = timedelta(days=90)
-    keys: timedelta = timedelta(days=400)
-    interval: timedelta = timedelta(minutes=15)
-    batch_rows: int = 2000
-    vacuum_pages: int = 1024
-    duty: float = 0.2
-    high_water: float = 0.8
+    @property
+    def payloads(self) -> timedelta: ...
 
-
-DEFAULTS = RetentionSettings()
-
-
-def parse_duration(value: Any, key: str) -> timedelta:
-    """`30d`, `12h`, `15m`, `90s`, `2w`, `500ms` -> timedelta; ConfigError naming `key` otherwise."""
-    if isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        return float(m.group(1)) * _UNIT[m.group(2).lower()]
-    raise ConfigError(
-        f"{key}: {value!r} is not a duration; write a number and a unit, e.g. 30d, 12h, 15m, 90s"
-    )
-
-
-def _number(value: Any, key: str, kind: type, low: float, high: float) -> Any:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (kind is int and not isinstance(value, int))
-    ):
-        raise ConfigError(f"{key}: {value!r} is not {'an integer' if kind is int else 'a number'}")
-    if not low <= value <= high:
-        raise ConfigError(f"{key}: {value!r} must be between {low:g} and {high:g}")
-    return value
-
-
-def parse_retention(doc: Mapping[str, Any] | None, where: str = "store.retention") -> RetentionSettings:
-    """Build RetentionSettings from a plain mapping (the YAML section); missing keys keep defaults.
-
-    Raises ConfigError naming the key (`store.retention.keys: ...`) for an
-    unknown key, a bad unit, or horizons in the wrong order.
-    """
-    if doc is None:
-        return DEFAULTS
-    if not isinstance(doc, Mapping):
-        raise ConfigError(
-            f"{where}: must be a mapping (arrivals, payloads, keys, ...), not {type(doc).__name__}"
-        )
-    known = set(RetentionSettings.__dataclass_fields__)
-    for name in doc:
-        if name not in known:
-            raise ConfigError(f"{where}.{name}: unknown setting; known: {', '.join(sorted(known))}")
-    got: dict[str, Any] = {}
-    for name in ("arrivals", "payloads", "keys", "interval"):
-        if name in doc:
-            got[name] = parse_duration(doc[name], f"{where}.{name}")
-            if got[name] <= timedelta(0):
-                raise ConfigError(f"{where}.{name}: must be longer than zero")
-    if "batch_rows" in doc:
-        got["batch_rows"] = _number(doc["batch_rows"], f"{where}.batch_rows", int, 10, 100_000)
-    if "vacuum_pages" in doc:
-        got["vacuum_pages"] = _number(doc["vacuum_pages"], f"{where}.vacuum_pages", int, 1, 1_000_000)
-    if "duty" in doc:
-        got["duty"] = float(_number(doc["duty"], f"{where}.duty", float, 0.01, 1.0))
-    if "high_water" in doc:
-        got["high_water"] = float(_number(doc["high_water"], f"{where}.high_water", float, 0.05, 1.0))
-    settings = RetentionSettings(**got)
-    check_order(settings, where)
-    return settings
-
-
-def check_order(s: RetentionSettings, where: str = "store.retention") -> None:
-    """The arrival log never outlives its canonical event; keys outlive payloads."""
-    if s.arrivals > s.payloads:
-        raise ConfigError(
-            f"{where}.arrivals: {days_text(s.arrivals)} is longer than payloads ({days_text(s.payloads)}); "
-            "the arrival log of an event cannot outlive the event"
-        )
-    if s.keys <= s.payloads:
-        raise ConfigError(
-            f"{where}.keys: {days_text(s.keys)} must be longer than payloads ({days_text(s.payloads)}), "
-            "and longer than the longest possible replay delay (see docs/retention.md)"
-        )
-
-
-def days_text(t: timedelta) -> str:
-    return f"{t.total_seconds() / 86400:g}d"
+    @property
+    def keys(self) -> timedelta: ...
 
 
 # --- cutoffs ------------------------------------------------------------------------
@@ -161,7 +66,7 @@ class Cutoffs:
     keys: str
 
 
-def cutoffs(settings: RetentionSettings, now: datetime) -> Cutoffs:
+def cutoffs(settings: Horizons, now: datetime) -> Cutoffs:
     """The horizons as timestamps in the store's text format (comparable as text)."""
     return Cutoffs(
         arrivals=format_timestamp(now - settings.arrivals),
