@@ -36,7 +36,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import StoreError
 from agent.core.records import Entry
 from agent.core.retry import retry_delay_s
-from agent.core.send_outcome import Outcome, Verdict, rejected, retry
+from agent.core.send_outcome import SendOutcome, Verdict, rejected, retry
 from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode
 from agent.sinks.http import HttpSink
@@ -162,8 +162,8 @@ class Forwarder:
 
     async def _send(
         self, entries: Sequence[Entry], stop: asyncio.Event, deadline: float | None, drain_s: float
-    ) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(entries)
+    ) -> list[SendOutcome]:
+        outcomes: list[SendOutcome | None] = [None] * len(entries)
         events: list[Event] = []
         slots: list[int] = []
         for i, entry in enumerate(entries):
@@ -181,7 +181,7 @@ class Forwarder:
 
     async def _publish_bounded(
         self, events: list[Event], stop: asyncio.Event, deadline: float | None, drain_s: float
-    ) -> list[Outcome]:
+    ) -> list[SendOutcome]:
         """`sink.publish`, cut short when stopping takes longer than the drain allows."""
         loop = asyncio.get_running_loop()
         task = asyncio.create_task(self.sink.publish(events), name=f"publish[{self.upstream.name}]")
@@ -200,7 +200,7 @@ class Forwarder:
             return [retry("stopped before the upstream acknowledged")] * len(events)
         return task.result()
 
-    async def _account(self, outcomes: Sequence[Outcome]) -> float | None:
+    async def _account(self, outcomes: Sequence[SendOutcome]) -> float | None:
         """Update state and logs; the delay before the next attempt, or None to go on at once."""
         st = self.state
         st.attempts += len(outcomes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from agent.core.send_outcome import Outcome
+from agent.core.send_outcome import SendOutcome
 from agent.sinks.encode import Event
 
 
@@ -25,8 +25,8 @@ class Sink(Protocol):
 
     name: str
 
-    async def publish(self, events: Sequence[Event]) -> list[Outcome]:
-        """Offer `events` (in outbox order) and return one Outcome per event, in the same order.
+    async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
+        """Offer `events` (in outbox order) and return one SendOutcome per event, in the same order.
 
         Guarantees:
         * `delivered` only on proof of acknowledgement (MQTT PUBACK at QoS 1,
