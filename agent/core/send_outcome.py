@@ -1,4 +1,5 @@
-"""What one delivery attempt of one event came to: delivered, retry or rejected (pure).
+"""What one delivery attempt of one event came to: delivered, retry or rejected.
+Pure: classifies statuses and reason codes, sends nothing and reads no clock of its own.
 
 * delivered: the upstream acknowledged it (HTTP 2xx, MQTT PUBACK). Marked sent.
 * retry:     not acknowledged, nothing is known to be wrong with the event

@@ -1,4 +1,5 @@
 """The `Sink` interface: how the forwarder hands encoded events to one upstream.
+An interface only: no I/O here, and no sink ever touches the store.
 
 A sink is one upstream connection (MQTT broker, HTTP endpoint). It never
 touches the store; the forwarder reads the outbox, encodes, calls

@@ -1,4 +1,5 @@
 """HTTP sink: `POST` of `application/cloudevents-batch+json` with aiohttp.
+Never raises a network error (they come back as `retry`) and never touches the store.
 
 One request per batch of `batch_size` events, sent one after the other (the
 order of first arrival upstream is the outbox order). 2xx = every event of

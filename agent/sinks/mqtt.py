@@ -1,4 +1,5 @@
 """MQTT sink (aiomqtt 2.5 / paho 2.2): QoS 1, an event is delivered only on its PUBACK.
+Never raises a network error (they come back as `retry`) and never touches the store.
 
 Facts about aiomqtt and paho this module is built around:
 * `publish(qos=1)` returns after the PUBACK, or raises `MqttError("Operation
