@@ -364,7 +364,7 @@ async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 100.
             load.start(rate, rng.randrange(1 << 30))
             await asyncio.sleep(rng.uniform(0.5, 1.0))
             await load.halt()
-            await asyncio.sleep(0.3)  # polled and committed
+            await eventually(lambda: load.made <= set(checker.committed_keys(db)), 20, "polled and committed")
             rx.stall(None if n % 5 == 4 else 0.2)  # hangs, or answers each batch of 20 after 0.2 s
             rx.heal()
             await asyncio.sleep(rng.uniform(0.0, 0.8))  # the drain is under way
