@@ -96,7 +96,7 @@ async def run_demo(say: Say, keep_dir: str | None = None) -> dict[str, Any]:
         cfg_path = workdir / "config.yaml"
         cfg_path.write_text(yaml.safe_dump(_config(plant, rx.url + "/ingest", db), sort_keys=False))
         cfg = load(cfg_path)
-        service = Service(cfg, drain_s=10.0)
+        service = Service(cfg)
         stop = asyncio.Event()
         task = asyncio.create_task(service.run(stop), name="service")
         await service.ready.wait()

@@ -412,7 +412,7 @@ def main() -> None:
     cli(prog_name="edge-agent")
 
 
-from agent.cli.prune import prune_cmd  # noqa: E402  (retention, issue 8)
+from agent.cli.prune import prune_cmd  # noqa: E402  (retention)
 
 cli.add_command(prune_cmd)
 
@@ -421,16 +421,16 @@ from agent.cli.outbox import outbox_cmd, replay_cmd  # noqa: E402  (registration
 cli.add_command(outbox_cmd)
 cli.add_command(replay_cmd)
 
-from agent.cli.check import check  # noqa: E402  (configuration check and device probe, issue 4)
+from agent.cli.check import check  # noqa: E402  (configuration check and device probe)
 
 cli.add_command(check)
 
-from agent.cli.service import run_cmd, status_cmd  # noqa: E402  (the service, issue 6)
+from agent.cli.service import run_cmd, status_cmd  # noqa: E402  (the service)
 
 cli.add_command(run_cmd)
 cli.add_command(status_cmd)
 
-from agent.cli.certs import certs  # noqa: E402  (OPC UA client certificate, issue 7)
+from agent.cli.certs import certs  # noqa: E402  (OPC UA client certificate)
 
 cli.add_command(certs)
 

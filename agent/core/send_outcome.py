@@ -1,4 +1,5 @@
-"""What one delivery attempt of one event came to: delivered, retry or rejected (pure).
+"""What one delivery attempt of one event came to: delivered, retry or rejected.
+Pure: classifies statuses and reason codes, sends nothing and reads no clock of its own.
 
 * delivered: the upstream acknowledged it (HTTP 2xx, MQTT PUBACK). Marked sent.
 * retry:     not acknowledged, nothing is known to be wrong with the event
@@ -9,9 +10,9 @@
              >= 0x80). Dead-lettered: never retried automatically, always
              counted and shown; `edge-agent outbox retry` sends it again.
 
-Why 401/404 & co are not dead letters: the issue's rule "other 4xx =
-rejected" would dead-letter a whole backlog in seconds after a token expired
-or a URL was mistyped. Those statuses are the same for every event, so they
+Why 401/404 & co are not dead letters: a plain "every other 4xx is
+rejected" rule would dead-letter a whole backlog in seconds after a token
+expired or a URL was mistyped. Those statuses are the same for every event, so they
 are retried (and logged as errors for an operator) instead.
 """
 
@@ -30,7 +31,7 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class SendOutcome:
     """The verdict on one event; `reason` says why (kept as the outbox row's `last_error`)."""
 
     verdict: Verdict
@@ -38,18 +39,18 @@ class Outcome:
     retry_after_s: float | None = None
 
 
-DELIVERED = Outcome(Verdict.DELIVERED)
+DELIVERED = SendOutcome(Verdict.DELIVERED)
 
 RETRY_STATUSES = frozenset({408, 425, 429})
 ENDPOINT_STATUSES = frozenset({401, 403, 404, 405, 407, 415, 421})
 
 
-def retry(reason: str, retry_after_s: float | None = None) -> Outcome:
-    return Outcome(Verdict.RETRY, reason, retry_after_s)
+def retry(reason: str, retry_after_s: float | None = None) -> SendOutcome:
+    return SendOutcome(Verdict.RETRY, reason, retry_after_s)
 
 
-def rejected(reason: str) -> Outcome:
-    return Outcome(Verdict.REJECTED, reason)
+def rejected(reason: str) -> SendOutcome:
+    return SendOutcome(Verdict.REJECTED, reason)
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
@@ -68,8 +69,8 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     return max(0.0, (when - now).total_seconds())
 
 
-def classify_http(status: int, retry_after: str | None, now: datetime, detail: str = "") -> Outcome:
-    """Outcome of an HTTP response with `status` (and its `Retry-After` header, if any)."""
+def classify_http(status: int, retry_after: str | None, now: datetime, detail: str = "") -> SendOutcome:
+    """SendOutcome of an HTTP response with `status` (and its `Retry-After` header, if any)."""
     what = f"HTTP {status}" + (f": {detail}" if detail else "")
     if 200 <= status < 300:
         return DELIVERED
@@ -89,8 +90,8 @@ def classify_http(status: int, retry_after: str | None, now: datetime, detail: s
 MQTT_RETRY_CODES = frozenset({0x97})  # Quota exceeded
 
 
-def classify_mqtt_reason(code: int, name: str = "") -> Outcome:
-    """Outcome of an MQTT v5 PUBACK reason code (3.1.1 PUBACKs carry none: pass 0)."""
+def classify_mqtt_reason(code: int, name: str = "") -> SendOutcome:
+    """SendOutcome of an MQTT v5 PUBACK reason code (3.1.1 PUBACKs carry none: pass 0)."""
     if code < 0x80:
         return DELIVERED
     what = f"MQTT PUBACK reason 0x{code:02x}" + (f" {name}" if name else "")
@@ -99,6 +100,6 @@ def classify_mqtt_reason(code: int, name: str = "") -> Outcome:
     return rejected(what)
 
 
-def needs_split(outcome: Outcome, batch_len: int) -> bool:
+def needs_split(outcome: SendOutcome, batch_len: int) -> bool:
     """A batch refused as a whole is split until the one event the upstream refuses is found."""
     return outcome.verdict is Verdict.REJECTED and batch_len > 1

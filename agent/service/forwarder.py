@@ -1,4 +1,5 @@
 """The forwarder: one task per upstream, draining its outbox in order through a sink.
+Marks a row delivered only on the sink's proof; never decides what an event is (the store did).
 
 Loop: claim the first pending rows (attempts + 1 committed first) -> encode
 -> publish -> settle every row by its outcome in one transaction. Rows are
@@ -36,7 +37,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import StoreError
 from agent.core.records import Entry
 from agent.core.retry import retry_delay_s
-from agent.core.send_outcome import Outcome, Verdict, rejected, retry
+from agent.core.send_outcome import SendOutcome, Verdict, rejected, retry
 from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode
 from agent.sinks.http import HttpSink
@@ -117,13 +118,8 @@ class Forwarder:
         self._replay_until = await self.outbox.last_pending_id(name)
         log.info("forwarder started upstream=%s backlog_until=%d", name, self._replay_until)
         self.started.set()
-        loop = asyncio.get_running_loop()
-        deadline: float | None = None
-        while True:
-            if stop.is_set():
-                deadline = deadline or loop.time() + drain_s
-                if loop.time() >= deadline:
-                    break
+        drain = _Drain(stop, drain_s)
+        while not drain.over():
             try:
                 entries = await self.outbox.claim(name, self.upstream.read_size)
             except StoreError as exc:
@@ -134,23 +130,27 @@ class Forwarder:
                     break
                 await self._idle(stop)
                 continue
-            outcomes = await self._send(entries, stop, deadline, drain_s)
-            try:
-                await self.outbox.settle(
-                    [(e.outbox_id, o) for e, o in zip(entries, outcomes, strict=True)],
-                    format_timestamp(self.clock()),
-                )
-            except StoreError as exc:
-                # The store cannot be written (e.g. a full disk): these rows stay pending and are
-                # sent again, same ids, once it can. At least once, never lost; the service goes on.
-                await self._store_trouble(exc, stop)
-                continue
-            delay = await self._account(outcomes)
+            delay = await self._forward(entries, drain)
             if delay is not None:
                 if stop.is_set():
                     break
                 await _wait(stop, delay)
         log.info("forwarder stopped upstream=%s", name)
+
+    async def _forward(self, entries: Sequence[Entry], drain: _Drain) -> float | None:
+        """Send claimed rows and settle them; the delay before the next attempt, or None."""
+        outcomes = await self._send(entries, drain)
+        try:
+            await self.outbox.settle(
+                [(e.outbox_id, o) for e, o in zip(entries, outcomes, strict=True)],
+                format_timestamp(self.clock()),
+            )
+        except StoreError as exc:
+            # The store cannot be written (e.g. a full disk): these rows stay pending and are
+            # sent again, same ids, once it can. At least once, never lost; the service goes on.
+            await self._store_trouble(exc, drain.stop)
+            return None
+        return await self._account(outcomes)
 
     async def _store_trouble(self, exc: StoreError, stop: asyncio.Event) -> None:
         """Say it once per change, then wait a second (or until stopping) and try again."""
@@ -160,10 +160,8 @@ class Forwarder:
         self.state.last_error = text
         await _wait(stop, 1.0)
 
-    async def _send(
-        self, entries: Sequence[Entry], stop: asyncio.Event, deadline: float | None, drain_s: float
-    ) -> list[Outcome]:
-        outcomes: list[Outcome | None] = [None] * len(entries)
+    async def _send(self, entries: Sequence[Entry], drain: _Drain) -> list[SendOutcome]:
+        outcomes: list[SendOutcome | None] = [None] * len(entries)
         events: list[Event] = []
         slots: list[int] = []
         for i, entry in enumerate(entries):
@@ -174,55 +172,67 @@ class Forwarder:
             except EncodeError as exc:
                 outcomes[i] = rejected(str(exc))
         if events:
-            published = await self._publish_bounded(events, stop, deadline, drain_s)
+            published = await self._publish_bounded(events, drain)
             for i, oc in zip(slots, published, strict=True):
                 outcomes[i] = oc
         return [oc if oc is not None else retry("not sent") for oc in outcomes]
 
-    async def _publish_bounded(
-        self, events: list[Event], stop: asyncio.Event, deadline: float | None, drain_s: float
-    ) -> list[Outcome]:
+    async def _publish_bounded(self, events: list[Event], drain: _Drain) -> list[SendOutcome]:
         """`sink.publish`, cut short when stopping takes longer than the drain allows."""
         loop = asyncio.get_running_loop()
         task = asyncio.create_task(self.sink.publish(events), name=f"publish[{self.upstream.name}]")
-        stopping = asyncio.create_task(stop.wait())
+        stopping = asyncio.create_task(drain.stop.wait())
         try:
             await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if not task.done():
-                end = deadline if deadline is not None else loop.time() + drain_s
-                await asyncio.wait({task}, timeout=max(0.0, end - loop.time()))
+                await asyncio.wait({task}, timeout=max(0.0, drain.end() - loop.time()))
         finally:
             stopping.cancel()
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, stopping, return_exceptions=True)
         if task.cancelled():
+            log.warning(
+                "drain of %.0fs over: %d events not acknowledged stay pending upstream=%s",
+                drain.drain_s,
+                len(events),
+                self.upstream.name,
+            )
             return [retry("stopped before the upstream acknowledged")] * len(events)
         return task.result()
 
-    async def _account(self, outcomes: Sequence[Outcome]) -> float | None:
+    async def _account(self, outcomes: Sequence[SendOutcome]) -> float | None:
         """Update state and logs; the delay before the next attempt, or None to go on at once."""
         st = self.state
         st.attempts += len(outcomes)
-        retries = [o for o in outcomes if o.verdict is Verdict.RETRY]
-        delivered = sum(1 for o in outcomes if o.verdict is Verdict.DELIVERED)
-        st.delivered += delivered
+        st.delivered += sum(1 for o in outcomes if o.verdict is Verdict.DELIVERED)
         for o in outcomes:
             if o.verdict is Verdict.REJECTED:
                 st.rejected += 1
                 log.error("dead letter upstream=%s reason=%r", self.upstream.name, o.reason)
+        retries = [o for o in outcomes if o.verdict is Verdict.RETRY]
         if not retries:
-            if self._outage or st.failures:
-                backlog_end = await self.outbox.last_pending_id(self.upstream.name)
-                self._replay_until = max(self._replay_until, backlog_end)
-                log.warning(
-                    "upstream back upstream=%s after_failures=%d backlog_until=%d",
-                    self.upstream.name,
-                    st.failures,
-                    self._replay_until,
-                )
-            self._outage, st.failures, st.up = False, 0, True
+            await self._upstream_up()
             return None
+        return self._upstream_failing(retries)
+
+    async def _upstream_up(self) -> None:
+        """After an outage, the backlog as it stands now is sent as replayed."""
+        st = self.state
+        if self._outage or st.failures:
+            backlog_end = await self.outbox.last_pending_id(self.upstream.name)
+            self._replay_until = max(self._replay_until, backlog_end)
+            log.warning(
+                "upstream back upstream=%s after_failures=%d backlog_until=%d",
+                self.upstream.name,
+                st.failures,
+                self._replay_until,
+            )
+        self._outage, st.failures, st.up = False, 0, True
+
+    def _upstream_failing(self, retries: Sequence[SendOutcome]) -> float:
+        """Count the failure, say it once per outage; the backoff before the next attempt."""
+        st = self.state
         st.retried += len(retries)
         st.failures += 1
         st.last_error = retries[0].reason
@@ -252,3 +262,22 @@ async def _wait(stop: asyncio.Event, delay: float) -> None:
     """Sleep `delay` seconds, or less when stop is set."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), delay)
+
+
+class _Drain:
+    """The drain after `stop`: `drain_s` seconds from the moment the stop is first seen."""
+
+    def __init__(self, stop: asyncio.Event, drain_s: float) -> None:
+        self.stop = stop
+        self.drain_s = drain_s
+        self._loop = asyncio.get_running_loop()
+        self._deadline: float | None = None
+
+    def end(self) -> float:
+        """When the drain ends (fixed the first time it is asked for, once stopping)."""
+        if self._deadline is None:
+            self._deadline = self._loop.time() + self.drain_s
+        return self._deadline
+
+    def over(self) -> bool:
+        return self.stop.is_set() and self._loop.time() >= self.end()

@@ -1,4 +1,5 @@
 """Logging set-up: one line per event, `key=value` fields, no timestamps under journald.
+Configures handlers and levels only; logs nothing of its own.
 
 journald stamps every line itself, so under systemd (EDGE_AGENT_LOG_FORMAT=
 journald, or JOURNAL_STREAM set) lines carry a syslog priority prefix

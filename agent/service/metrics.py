@@ -1,4 +1,5 @@
 """Optional Prometheus endpoint (off by default; `metrics: {listen: "127.0.0.1:9108"}`).
+Reads only the snapshot the status writer hands it: never the store, never a live object.
 
 The exporter serves from its own thread; it reads a snapshot dict that the service's status
 loop replaces every few seconds (one assignment, so a scrape never sees half an update).
@@ -25,50 +26,59 @@ class SnapshotCollector(Collector):
         self.snapshot: dict[str, Any] = {}
 
     def collect(self) -> Iterator[Metric]:
-        snap = self.snapshot
-        polls = CounterMetricFamily("edge_agent_polls", "Successful polls", labels=["device", "connection"])
-        errors = CounterMetricFamily(
-            "edge_agent_read_errors", "Failed reads", labels=["device", "connection"]
-        )
-        up = GaugeMetricFamily(
-            "edge_agent_connection_up", "1 when the last poll answered", labels=["device", "connection"]
-        )
-        for c in snap.get("connections", []):
-            labels = [c["device"], c["receiver"]]
-            polls.add_metric(labels, c["polls"])
-            errors.add_metric(labels, c["read_errors"])
-            up.add_metric(labels, 1.0 if c["state"] == "up" else 0.0)
-        yield from (polls, errors, up)
-        decisions = CounterMetricFamily(
-            "edge_agent_decisions", "Arrivals by decision since start", labels=["decision"]
-        )
-        for decision, n in sorted(snap.get("decisions", {}).items()):
-            decisions.add_metric([decision], n)
-        yield decisions
-        rec = snap.get("recorder", {})
-        for name, key, text in (
-            ("edge_agent_boot_sightings", "boots", "Boot ids read from controllers since start"),
-            ("edge_agent_anomalies", "anomalies", "Gap, wrap, reset and overrun records since start"),
-            ("edge_agent_store_write_failures", "store_errors", "Failed store commits (disk or quota full)"),
-        ):
-            yield CounterMetricFamily(name, text, value=rec.get(key, 0))
-        backlog = GaugeMetricFamily(
-            "edge_agent_backlog", "Outbox rows not yet delivered", labels=["upstream"]
-        )
-        dead = GaugeMetricFamily(
-            "edge_agent_dead_letters", "Outbox rows rejected upstream", labels=["upstream"]
-        )
-        attempts = CounterMetricFamily(
-            "edge_agent_delivery_attempts", "Upstream sends, retries included", labels=["upstream"]
-        )
-        for u in snap.get("outbox", []):
-            backlog.add_metric([u["upstream"]], u["pending"])
-            dead.add_metric([u["upstream"]], u["rejected"])
-            attempts.add_metric([u["upstream"]], u["attempts"])
-        yield from (backlog, dead, attempts)
+        snap = self.snapshot  # one read: a scrape sees one snapshot
+        yield from _connections(snap)
+        yield from _recording(snap)
+        yield from _upstreams(snap)
         yield GaugeMetricFamily(
             "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
         )
+
+
+def _connections(snap: dict[str, Any]) -> Iterator[Metric]:
+    """Polls, read errors and up/down per device connection."""
+    polls = CounterMetricFamily("edge_agent_polls", "Successful polls", labels=["device", "connection"])
+    errors = CounterMetricFamily("edge_agent_read_errors", "Failed reads", labels=["device", "connection"])
+    up = GaugeMetricFamily(
+        "edge_agent_connection_up", "1 when the last poll answered", labels=["device", "connection"]
+    )
+    for c in snap.get("connections", []):
+        labels = [c["device"], c["receiver"]]
+        polls.add_metric(labels, c["polls"])
+        errors.add_metric(labels, c["read_errors"])
+        up.add_metric(labels, 1.0 if c["state"] == "up" else 0.0)
+    yield from (polls, errors, up)
+
+
+def _recording(snap: dict[str, Any]) -> Iterator[Metric]:
+    """Decisions by kind, boot sightings, anomalies and failed commits since start."""
+    decisions = CounterMetricFamily(
+        "edge_agent_decisions", "Arrivals by decision since start", labels=["decision"]
+    )
+    for decision, n in sorted(snap.get("decisions", {}).items()):
+        decisions.add_metric([decision], n)
+    yield decisions
+    rec = snap.get("recorder", {})
+    for name, key, text in (
+        ("edge_agent_boot_sightings", "boots", "Boot ids read from controllers since start"),
+        ("edge_agent_anomalies", "anomalies", "Gap, wrap, reset and overrun records since start"),
+        ("edge_agent_store_write_failures", "store_errors", "Failed store commits (disk or quota full)"),
+    ):
+        yield CounterMetricFamily(name, text, value=rec.get(key, 0))
+
+
+def _upstreams(snap: dict[str, Any]) -> Iterator[Metric]:
+    """Backlog, dead letters and delivery attempts per upstream."""
+    backlog = GaugeMetricFamily("edge_agent_backlog", "Outbox rows not yet delivered", labels=["upstream"])
+    dead = GaugeMetricFamily("edge_agent_dead_letters", "Outbox rows rejected upstream", labels=["upstream"])
+    attempts = CounterMetricFamily(
+        "edge_agent_delivery_attempts", "Upstream sends, retries included", labels=["upstream"]
+    )
+    for u in snap.get("outbox", []):
+        backlog.add_metric([u["upstream"]], u["pending"])
+        dead.add_metric([u["upstream"]], u["rejected"])
+        attempts.add_metric([u["upstream"]], u["attempts"])
+    yield from (backlog, dead, attempts)
 
 
 def serve(listen: str, collector: SnapshotCollector) -> None:

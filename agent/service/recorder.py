@@ -1,4 +1,5 @@
 """The recorder: the one task that turns observations into store transactions (group commit).
+It never decides a delivery itself (the store does) and never drops a batch it was given.
 
 Sources ``submit`` observations into a bounded queue; one task takes whatever is queued
 (up to ``max_batch`` deliveries) and records it in one ``Store.record`` call, so throughput
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.decide import BootSighting, Outcome
@@ -91,25 +93,37 @@ class Recorder:
         stopping = asyncio.ensure_future(stop.wait())
         try:
             while True:
-                if self._queue.empty():
-                    if stop.is_set():
+                first = await self._first(stop, stopping)
+                if first is None:
+                    if stop.is_set() and self._queue.empty():
                         return
-                    getter = asyncio.ensure_future(self._queue.get())
-                    await asyncio.wait({getter, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                    if not getter.done():
-                        getter.cancel()
-                        continue
-                    batch = [getter.result()]
-                else:
-                    batch = [self._queue.get_nowait()]
-                size = len(batch[0].deliveries)
-                while not self._queue.empty() and size < self.max_batch:
-                    obs = self._queue.get_nowait()
-                    batch.append(obs)
-                    size += len(obs.deliveries)
-                await self._commit_retrying(batch, stop)
+                    continue
+                await self._commit_retrying(self._batch_from(first), stop)
         finally:
             stopping.cancel()
+
+    async def _first(self, stop: asyncio.Event, stopping: asyncio.Future[Any]) -> Observations | None:
+        """The next queued observations, waiting for them; None when woken by ``stop``."""
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        if stop.is_set():
+            return None
+        getter = asyncio.ensure_future(self._queue.get())
+        await asyncio.wait({getter, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            return None
+        return getter.result()
+
+    def _batch_from(self, first: Observations) -> list[Observations]:
+        """`first` and whatever else is queued, up to ``max_batch`` deliveries (group commit)."""
+        batch = [first]
+        size = len(first.deliveries)
+        while not self._queue.empty() and size < self.max_batch:
+            obs = self._queue.get_nowait()
+            batch.append(obs)
+            size += len(obs.deliveries)
+        return batch
 
     async def _commit_retrying(self, batch: Sequence[Observations], stop: asyncio.Event) -> None:
         """Commit, and while the store cannot be written (disk or quota full, locked), keep the

@@ -1,5 +1,8 @@
 """The service: pollers, recorder, forwarders and housekeeping under one task group.
 
+Wires the rooms together and owns the order of start and stop; holds no SQL, no protocol and
+no stop bounds of its own (those are `agent.service.shutdown.StopBudget`).
+
 Lifecycle (`edge-agent run`):
   start     open the store (a damaged store is moved aside, see `open_store`), register
             upstreams, start recorder, pollers, forwarders, status writer and retention;
@@ -8,26 +11,23 @@ Lifecycle (`edge-agent run`):
             backoff, forwarders back off, the recorder holds a batch while the store cannot
             be written. WATCHDOG=1 only while the status loop runs and the recorder is not
             stuck inside one commit.
-  SIGTERM   STOPPING=1; stop polling; let the recorder commit what was read; give each
-            forwarder a bounded drain; close sinks; close the store; exit 0.
+  SIGTERM   STOPPING=1; stop polling; let the recorder commit what was read; give the
+            forwarders a bounded drain; close sinks; close the store; exit 0.
 
 The order matters: a poll in flight finishes and is committed before the store closes, so
-what the controllers showed is never half recorded. Nothing here is cancelled in the middle
-of a store transaction except at the last resort (`hard_stop_s` after SIGTERM).
+what the controllers showed is never half recorded. Each step has its bound and the whole
+sequence is bounded by `StopBudget.hard_stop_s`; a task is cancelled only when its bound has
+passed (the last resort), and the log says what was cut short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import json
 import logging
 import os
-import signal
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,15 @@ from agent.config.loader import Config
 from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp
 from agent.core.decide import Outcome
-from agent.core.errors import StoreCorrupt, StoreError
+from agent.core.errors import StoreCorrupt
 from agent.core.live import ServiceLive
 from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
 from agent.service.recorder import Recorder
+from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
+from agent.service.signals import install_signal_handlers
+from agent.service.status import StatusWriter
 from agent.sources.pollers import run_pollers
-from agent.store.outbox import Outbox
 from agent.store.prune import run_retention
 from agent.store.store import Store
 
@@ -76,6 +78,23 @@ async def open_store(path: str, cfg: Config, clock: Clock = utc_now) -> tuple[St
         return store, alarm
 
 
+@dataclass
+class _Running:
+    """What runs between READY and the end of the stop sequence."""
+
+    store: Store
+    recorder: Recorder
+    forwarders: list[Forwarder]
+    stop_polling: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_recorder: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_forwarding: asyncio.Event = field(default_factory=asyncio.Event)
+    stop_house: asyncio.Event = field(default_factory=asyncio.Event)
+    recorder_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    poller_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    forwarder_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    house_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
 class Service:
     """Runs one gateway configuration until `stop` is set."""
 
@@ -85,22 +104,16 @@ class Service:
         *,
         db: str | None = None,
         clock: Clock = utc_now,
-        drain_s: float = 10.0,
+        budget: StopBudget = STOP_BUDGET,
         status_interval_s: float = 2.0,
-        hard_stop_s: float = 25.0,
     ) -> None:
         self.cfg = cfg
         self.path = db or cfg.store.path
         self.clock = clock
-        self.drain_s = drain_s
-        self.status_interval_s = status_interval_s
-        self.hard_stop_s = hard_stop_s
+        self.budget = budget
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
+        self.status = StatusWriter(self.live, self.now, status_interval_s)
         self.ready = asyncio.Event()
-        self.decisions: dict[str, int] = {}
-        self.collector: Any = None  # agent.service.metrics.SnapshotCollector when metrics are on
-        self._outbox_counts: list[dict[str, Any]] = []
-        self._counts_at = 0.0
 
     def now(self) -> str:
         return format_timestamp(self.clock())
@@ -108,15 +121,30 @@ class Service:
     async def run(self, stop: asyncio.Event) -> int:
         store, alarm = await open_store(self.path, self.cfg, self.clock)
         self.live.store_problem = alarm
+        stopping: StopSequence | None = None
         try:
             await store.register_upstreams([(u.name, u.backfill) for u in self.cfg.upstreams], self.now())
-            await self._run(store, stop)
+            stopping = await self._run(store, stop)
         finally:
-            await store.close()
-        log.info("stopped cleanly")
+            await _close_store(store, stopping)
+        if stopping is not None and stopping.cut_short:
+            log.warning("stopped; cut short: %s", ", ".join(stopping.cut_short))
+        else:
+            log.info("stopped cleanly")
         return 0
 
-    async def _run(self, store: Store, stop: asyncio.Event) -> None:
+    async def _run(self, store: Store, stop: asyncio.Event) -> StopSequence:
+        running = self._prepare(store)
+        async with asyncio.TaskGroup() as tg:
+            self._start_tasks(tg, running)
+            self._announce_ready()
+            await stop.wait()
+            stopping = await self._stop(running)
+        await _close_sinks(running.forwarders, stopping)
+        return stopping
+
+    def _prepare(self, store: Store) -> _Running:
+        """Forwarders, the recorder that wakes them, and the metrics endpoint when configured."""
         cfg = self.cfg
         forwarders = [
             Forwarder(
@@ -130,134 +158,83 @@ class Service:
         ]
 
         def committed(_batch: Any, outcomes: Sequence[Outcome]) -> None:
-            for oc in outcomes:
-                self.decisions[oc.decision.value] = self.decisions.get(oc.decision.value, 0) + 1
+            self.status.count(outcomes)
             for f in forwarders:
                 f.wake()
 
-        recorder = Recorder(store, on_commit=committed)
         if cfg.metrics is not None and cfg.metrics.listen:
             from agent.service import metrics  # prometheus-client is imported only when metrics are on
 
-            self.collector = metrics.SnapshotCollector()
-            metrics.serve(cfg.metrics.listen, self.collector)
-        stop_polling, stop_recorder, stop_forwarding, stop_house = (asyncio.Event() for _ in range(4))
-        async with asyncio.TaskGroup() as tg:
-            rec_task = tg.create_task(recorder.run(stop_recorder), name="recorder")
-            poll_task = tg.create_task(
-                run_pollers(cfg.devices, recorder, stop_polling, self.live), name="pollers"
-            )
-            fwd_tasks = [
-                tg.create_task(
-                    f.run(stop_forwarding, drain_s=self.drain_s), name=f"forwarder[{f.upstream.name}]"
-                )
-                for f in forwarders
-            ]
-            tg.create_task(self._status_loop(store, recorder, forwarders, stop_house), name="status")
-            retention = cfg.store.retention
-            if isinstance(retention, RetentionSettings) and cfg.upstreams:
-                tg.create_task(run_retention(store, retention, self.clock, stop_house), name="retention")
-            self.ready.set()
-            sdnotify.notify(f"READY=1\nSTATUS=polling {len(cfg.devices)} devices")
-            log.info(
-                "started devices=%d upstreams=%d store=%s pid=%d",
-                len(cfg.devices),
-                len(cfg.upstreams),
-                self.path,
-                os.getpid(),
-            )
-            await stop.wait()
-            sdnotify.notify("STOPPING=1")
-            log.info(
-                "stopping: polling stops, the recorder commits, forwarders drain for %.0fs", self.drain_s
-            )
-            stop_polling.set()
-            await _bounded(poll_task, 10.0, "pollers")
-            stop_recorder.set()
-            await _bounded(rec_task, 10.0, "recorder")
-            stop_forwarding.set()
-            for t in fwd_tasks:
-                await _bounded(t, self.drain_s + 5.0, t.get_name())
-            await self._write_status(store, recorder, forwarders)
-            stop_house.set()
+            self.status.collector = metrics.SnapshotCollector()
+            metrics.serve(cfg.metrics.listen, self.status.collector)
+        return _Running(store, Recorder(store, on_commit=committed), forwarders)
+
+    def _start_tasks(self, tg: asyncio.TaskGroup, r: _Running) -> None:
+        cfg = self.cfg
+        r.recorder_tasks.append(tg.create_task(r.recorder.run(r.stop_recorder), name="recorder"))
+        r.poller_tasks.append(
+            tg.create_task(run_pollers(cfg.devices, r.recorder, r.stop_polling, self.live), name="pollers")
+        )
+        for f in r.forwarders:
+            run = f.run(r.stop_forwarding, drain_s=self.budget.drain_s)
+            r.forwarder_tasks.append(tg.create_task(run, name=f"forwarder[{f.upstream.name}]"))
+        status = self.status.loop(r.store, r.recorder, r.forwarders, r.stop_house)
+        r.house_tasks.append(tg.create_task(status, name="status"))
+        retention = cfg.store.retention
+        if isinstance(retention, RetentionSettings) and cfg.upstreams:
+            prune = run_retention(r.store, retention, self.clock, r.stop_house)
+            r.house_tasks.append(tg.create_task(prune, name="retention"))
+
+    def _announce_ready(self) -> None:
+        self.ready.set()
+        sdnotify.notify(f"READY=1\nSTATUS=polling {len(self.cfg.devices)} devices")
+        log.info(
+            "started devices=%d upstreams=%d store=%s pid=%d",
+            len(self.cfg.devices),
+            len(self.cfg.upstreams),
+            self.path,
+            os.getpid(),
+        )
+
+    async def _stop(self, r: _Running) -> StopSequence:
+        """Stop in order, each step bounded: pollers, recorder, forwarders' drain, housekeeping."""
+        b = self.budget
+        sdnotify.notify("STOPPING=1")
+        log.info(
+            "stopping: polling stops, the recorder commits, forwarders drain for %.0fs (hard stop %.0fs)",
+            b.drain_s,
+            b.hard_stop_s,
+        )
+        stopping = StopSequence(b)
+        r.stop_polling.set()
+        await stopping.wait_tasks(r.poller_tasks, b.pollers_s, "pollers")
+        r.stop_recorder.set()
+        await stopping.wait_tasks(r.recorder_tasks, b.recorder_s, "recorder")
+        r.stop_forwarding.set()
+        await stopping.wait_tasks(r.forwarder_tasks, b.forwarders_s, "forwarders")
+        await stopping.step(self.status.write(r.store, r.recorder, r.forwarders), b.close_s, "last status")
+        r.stop_house.set()
+        await stopping.wait_tasks(r.house_tasks, b.close_s, "status and retention")
+        return stopping
+
+
+async def _close_sinks(forwarders: Sequence[Forwarder], stopping: StopSequence) -> None:
+    """Close every sink (each bounded by its own timeouts, all together by the stop budget)."""
+
+    async def close_all() -> None:
         for f in forwarders:
             with contextlib.suppress(Exception):
                 await f.sink.close()
 
-    async def _status_loop(
-        self, store: Store, recorder: Recorder, forwarders: list[Forwarder], stop: asyncio.Event
-    ) -> None:
-        """Write live state into the store every few seconds and feed the systemd watchdog."""
-        interval = sdnotify.watchdog_interval()
-        while not stop.is_set():
-            await self._write_status(store, recorder, forwarders)
-            if interval is not None and recorder.healthy(max_commit_s=max(2 * interval, 10.0)):
-                sdnotify.notify("WATCHDOG=1")
-            wait = min(self.status_interval_s, interval or self.status_interval_s)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
-
-    async def _write_status(self, store: Store, recorder: Recorder, forwarders: list[Forwarder]) -> None:
-        self.live.upstreams = {f.upstream.name: asdict(f.state) for f in forwarders}
-        self.live.recorder = {
-            **asdict(recorder.stats),
-            "backlog": recorder.backlog,
-            "store_problem": recorder.store_problem,
-        }
-        snapshot = self.live.snapshot()
-        try:
-            await store.write_live_state("service", self.now(), json.dumps(snapshot))
-        except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly
-            log.debug("live state not written: %s", exc)
-        if self.collector is not None:
-            if time.monotonic() - self._counts_at > 15.0:  # counting the outbox is not free on a big store
-                self._outbox_counts = [asdict(c) for c in await Outbox(store).counts()]
-                self._counts_at = time.monotonic()
-            size = sum(p.stat().st_size for p in (Path(store.path), Path(store.path + "-wal")) if p.exists())
-            self.collector.snapshot = {
-                **snapshot,
-                "decisions": dict(self.decisions),
-                "outbox": self._outbox_counts,
-                "store_bytes": size,
-            }
+    await stopping.step(close_all(), stopping.budget.close_s, "closing sinks")
 
 
-async def _bounded(task: asyncio.Task[Any], seconds: float, what: str) -> None:
-    """Wait for a task to finish by itself; cancel it only after `seconds` (last resort)."""
-    done, _ = await asyncio.wait({task}, timeout=seconds)
-    if not done:
-        log.error("%s did not stop within %.0fs; cancelling it", what, seconds)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """paho-mqtt (under aiomqtt) races its own socket on a broker restart: asyncio then logs
-    "Exception in callback ... add_writer ... Bad file descriptor" with a traceback. It is known
-    and harmless (the sink reconnects; nothing unacknowledged is marked delivered), so it gets
-    one line; everything else keeps asyncio's default report."""
-    exc = context.get("exception")
-    if (
-        isinstance(exc, OSError)
-        and exc.errno == errno.EBADF
-        and "add_writer" in str(context.get("handle", ""))
-    ):
-        log.warning("socket closed under a pending write (MQTT client after a broker restart): %s", exc)
+async def _close_store(store: Store, stopping: StopSequence | None) -> None:
+    """Close the store; after SIGTERM within what is left of the stop budget."""
+    if stopping is None:
+        await store.close()
         return
-    unread = "never retrieved" in str(context.get("message", ""))
-    if unread and exc is not None and type(exc).__module__.startswith("aiomqtt"):
-        # aiomqtt leaves a disconnect future unread when the broker goes away; the sink saw it.
-        log.warning("MQTT client: %s", exc)
-        return
-    loop.default_exception_handler(context)
-
-
-def install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(_loop_exception)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    await stopping.step(store.close(), stopping.budget.close_s, "closing the store")
 
 
 async def serve(cfg: Config, *, db: str | None = None) -> int:

@@ -1,4 +1,5 @@
 """systemd notification (sd_notify) without a dependency.
+Sends datagrams only; never decides when the service is ready or healthy (the service does).
 
 `notify()` is a no-op outside systemd (no NOTIFY_SOCKET). The watchdog
 interval is half of WatchdogSec, and only when WATCHDOG_PID is ours. The

@@ -1,4 +1,5 @@
 """The `Sink` interface: how the forwarder hands encoded events to one upstream.
+An interface only: no I/O here, and no sink ever touches the store.
 
 A sink is one upstream connection (MQTT broker, HTTP endpoint). It never
 touches the store; the forwarder reads the outbox, encodes, calls
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from agent.core.send_outcome import Outcome
+from agent.core.send_outcome import SendOutcome
 from agent.sinks.encode import Event
 
 
@@ -25,8 +26,8 @@ class Sink(Protocol):
 
     name: str
 
-    async def publish(self, events: Sequence[Event]) -> list[Outcome]:
-        """Offer `events` (in outbox order) and return one Outcome per event, in the same order.
+    async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
+        """Offer `events` (in outbox order) and return one SendOutcome per event, in the same order.
 
         Guarantees:
         * `delivered` only on proof of acknowledgement (MQTT PUBACK at QoS 1,

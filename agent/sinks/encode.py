@@ -1,4 +1,5 @@
 """Outbox records -> CloudEvents 1.0, structured JSON mode (pure; spec: contract section 4).
+No I/O and no identity of its own: `source` and `id` come from the contract, unchanged.
 
 Identity upstream is the pair (`source`, `id`), fixed by the contract and
 never touched by anything of this delivery: `attempt`, `replayed`,

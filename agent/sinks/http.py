@@ -1,4 +1,5 @@
 """HTTP sink: `POST` of `application/cloudevents-batch+json` with aiohttp.
+Never raises a network error (they come back as `retry`) and never touches the store.
 
 One request per batch of `batch_size` events, sent one after the other (the
 order of first arrival upstream is the outbox order). 2xx = every event of
@@ -21,16 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import ssl
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
 import aiohttp
 
 from agent.config.upstreams import HttpUpstream
-from agent.core.send_outcome import Outcome, Verdict, classify_http, needs_split, retry
+from agent.core.send_outcome import SendOutcome, Verdict, classify_http, needs_split, retry
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body
+from agent.sinks.tls import read_secret, tls_context
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +39,6 @@ def batch_idempotency_key(events: Sequence[Event]) -> str:
     if len(events) == 1:
         return events[0].idempotency_key
     return hashlib.sha256("\n".join(e.idempotency_key for e in events).encode()).hexdigest()
-
-
-def read_secret(path: str) -> str:
-    """A secret file's content without its trailing newline (systemd credentials, Docker secrets)."""
-    return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
-
-
-def tls_context(ca_file: str | None, cert_file: str | None, key_file: str | None) -> ssl.SSLContext:
-    """Verify the server (pinned CA if given, else the system store); optional client certificate.
-
-    TLS 1.2 or newer, certificate and host name checked (``create_default_context`` does both; the
-    floor is set here so that an OpenSSL configured to allow TLS 1.0 does not lower it). With
-    ``ca_file`` only that CA is trusted, not the system store."""
-    ctx = ssl.create_default_context(cafile=ca_file)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname, ctx.verify_mode = True, ssl.CERT_REQUIRED
-    if cert_file is not None:
-        ctx.load_cert_chain(cert_file, key_file)
-    return ctx
 
 
 class HttpSink:
@@ -71,8 +52,8 @@ class HttpSink:
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
 
-    async def publish(self, events: Sequence[Event]) -> list[Outcome]:
-        out: list[Outcome] = []
+    async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
+        out: list[SendOutcome] = []
         size = self.settings.batch_size
         for start in range(0, len(events), size):
             outcomes = await self._post_split(events[start : start + size])
@@ -89,7 +70,7 @@ class HttpSink:
             session, self._session = self._session, None
             await session.close()
 
-    async def _post_split(self, events: Sequence[Event]) -> list[Outcome]:
+    async def _post_split(self, events: Sequence[Event]) -> list[SendOutcome]:
         oc = await self._post(events)
         if not needs_split(oc, len(events)):
             return [oc] * len(events)
@@ -100,7 +81,7 @@ class HttpSink:
             return left + [failed] * (len(events) - half)
         return left + await self._post_split(events[half:])
 
-    async def _post(self, events: Sequence[Event]) -> Outcome:
+    async def _post(self, events: Sequence[Event]) -> SendOutcome:
         s = self.settings
         headers = {"Content-Type": BATCH_CONTENT_TYPE, "Idempotency-Key": batch_idempotency_key(events)}
         try:

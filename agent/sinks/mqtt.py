@@ -1,6 +1,7 @@
 """MQTT sink (aiomqtt 2.5 / paho 2.2): QoS 1, an event is delivered only on its PUBACK.
+Never raises a network error (they come back as `retry`) and never touches the store.
 
-Facts this module is built around (library notes, section 4):
+Facts about aiomqtt and paho this module is built around:
 * `publish(qos=1)` returns after the PUBACK, or raises `MqttError("Operation
   timed out")` after `timeout`. A timed-out message may still arrive: that is
   the "at least once" case, and receivers deduplicate on (source, id).
@@ -34,9 +35,9 @@ from urllib.parse import urlsplit
 import aiomqtt
 
 from agent.config.upstreams import MqttUpstream
-from agent.core.send_outcome import DELIVERED, Outcome, classify_mqtt_reason, retry
+from agent.core.send_outcome import DELIVERED, SendOutcome, classify_mqtt_reason, retry
 from agent.sinks.encode import Event, batch_body, render_topic
-from agent.sinks.http import read_secret, tls_context
+from agent.sinks.tls import read_secret, tls_context
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ class MqttSink:
         self._client: aiomqtt.Client | None = None
         self._refused: dict[int, tuple[int, str]] = {}
 
-    async def publish(self, events: Sequence[Event]) -> list[Outcome]:
+    async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
         if self._client is None:
             try:
                 self._client = await self._connect()
@@ -104,11 +105,11 @@ class MqttSink:
 
     async def _publish_all(
         self, client: aiomqtt.Client, messages: list[tuple[str, list[Event], bytes]]
-    ) -> list[Outcome]:
+    ) -> list[SendOutcome]:
         window = asyncio.Semaphore(self.settings.max_inflight)
         lost: asyncio.Future[None] = client._disconnected  # no public API for "the connection is gone"
 
-        async def one(topic: str, body: bytes) -> Outcome:
+        async def one(topic: str, body: bytes) -> SendOutcome:
             async with window:
                 if lost.done():
                     return retry("connection lost before this message was sent")
@@ -130,7 +131,7 @@ class MqttSink:
         return [self._result(t) for t in tasks]
 
     @staticmethod
-    def _result(task: asyncio.Task[Outcome]) -> Outcome:
+    def _result(task: asyncio.Task[SendOutcome]) -> SendOutcome:
         if task.cancelled():
             return retry("connection lost while waiting for PUBACK")
         exc = task.exception()
@@ -138,7 +139,7 @@ class MqttSink:
             return retry(f"connection error: {exc}")
         return task.result()
 
-    async def _publish_one(self, client: aiomqtt.Client, topic: str, body: bytes) -> Outcome:
+    async def _publish_one(self, client: aiomqtt.Client, topic: str, body: bytes) -> SendOutcome:
         cell: list[int] = []
         _MID.set(cell)
         try:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
-from agent.core.send_outcome import Outcome, Verdict
+from agent.core.send_outcome import SendOutcome, Verdict
 from agent.store.store import Store
 
 _CLAIM = """
@@ -86,7 +86,7 @@ class Outbox:
                 )
         return [_entry(r) for r in rows]
 
-    async def settle(self, results: Sequence[tuple[int, Outcome]], now: str) -> None:
+    async def settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
         """Record the outcome of every (outbox_id, outcome) of one batch in one transaction."""
         delivered = [(now, oid) for oid, oc in results if oc.verdict is Verdict.DELIVERED]
         refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
@@ -201,7 +201,7 @@ def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:
     return where, params
 
 
-def _err(oc: Outcome) -> str:
+def _err(oc: SendOutcome) -> str:
     return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
 
 

@@ -116,7 +116,7 @@ MIGRATIONS: list[Migration] = [
     ),
 ]
 
-# Retention (issue 8). Kept as its own list entry so that it stays the last migration: see
+# Retention. Kept as its own list entry so that it stays the last migration: see
 # agent/core/retention.py for what these tables mean.
 RETENTION_MIGRATION: Migration = (
     2,

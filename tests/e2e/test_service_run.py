@@ -93,6 +93,30 @@ async def eventually(check: Any, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.1)
 
 
+def connections(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The service's device connections by device, as `status --json` shows them (none yet: {})."""
+    return {c["device"]: c for c in (status.get("service") or {}).get("connections", [])}
+
+
+async def status_when(config: Path, check: Any, timeout: float = 30.0) -> dict[str, Any]:
+    """`status --json`, asked again until `check(status)` holds (the service writes it every 2 s)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await asyncio.to_thread(status_json, config)
+        if check(status):
+            return status
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"status never showed the condition: {json.dumps(status)[:2000]}")
+        await asyncio.sleep(0.2)
+
+
+def both_pumps_up(status: dict[str, Any]) -> bool:
+    conns = connections(status)
+    return status["running"] is True and all(
+        conns.get(d, {}).get("state") == "up" for d in ("PUMP-07", "PUMP-08")
+    )
+
+
 @pytest.fixture
 async def plant() -> AsyncIterator[Plant]:
     ctrls = [
@@ -120,13 +144,14 @@ async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(
         config = write_config(tmp_path, plant, rx.url + "/ingest")
         db, log = tmp_path / "events.db", tmp_path / "agent.log"
         agent = await start_agent(config, log)
-        await eventually(lambda: db.exists() and len(stored(db)) >= 0 and "started" in log.read_text())
+        await eventually(lambda: db.exists() and "started" in log.read_text())
+        await status_when(config, both_pumps_up)  # both controllers polled before anything happens
+        assert stored(db) == {}
         await transitions(12, 0.15)
         await eventually(lambda: len(stored(db)) >= 6)
-        status = await asyncio.to_thread(status_json, config)
+        status = await status_when(config, lambda s: connections(s).get("PUMP-07", {}).get("boot_id") == "17")
         assert status["running"] is True
-        conns = {c["device"]: c for c in status["service"]["connections"]}
-        assert conns["PUMP-07"]["state"] == "up" and conns["PUMP-07"]["boot_id"] == "17"
+        assert connections(status)["PUMP-07"]["state"] == "up"
         assert [u["upstream"] for u in status["upstreams"]] == ["historian"]
         agent.send_signal(signal.SIGTERM)  # mid-flow: transitions keep coming while it stops
         await transitions(4, 0.05)

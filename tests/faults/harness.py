@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -31,7 +32,18 @@ from devices.upstream import Receiver
 ROOT = Path(__file__).resolve().parents[2]
 SITE = "plant-1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-STOP_TIMEOUT_S = 30.0  # TimeoutStopSec= of systemd/edge-agent.service
+UNIT = ROOT / "systemd" / "edge-agent.service"
+
+
+def _timeout_stop_s() -> float:
+    """TimeoutStopSec= of the unit, in seconds (the unit writes it as plain seconds)."""
+    found = re.search(r"^TimeoutStopSec=(\d+)s?$", UNIT.read_text(), re.MULTILINE)
+    assert found, f"no TimeoutStopSec=<seconds> in {UNIT}"
+    return float(found[1])
+
+
+STOP_TIMEOUT_S = _timeout_stop_s()
+DRAIN_CUT = "not acknowledged stay pending"  # the forwarder's log line when the drain bound cuts a send
 _here = Path(__file__).resolve().parent
 if str(_here) not in sys.path:  # checker.py is a sibling file, not a package module
     sys.path.insert(0, str(_here))
@@ -352,7 +364,7 @@ async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 100.
             load.start(rate, rng.randrange(1 << 30))
             await asyncio.sleep(rng.uniform(0.5, 1.0))
             await load.halt()
-            await asyncio.sleep(0.3)  # polled and committed
+            await eventually(lambda: load.made <= set(checker.committed_keys(db)), 20, "polled and committed")
             rx.stall(None if n % 5 == 4 else 0.2)  # hangs, or answers each batch of 20 after 0.2 s
             rx.heal()
             await asyncio.sleep(rng.uniform(0.0, 0.8))  # the drain is under way
@@ -366,6 +378,7 @@ async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 100.
         "stops": stops,
         "exit_codes": sorted(set(codes)),
         "worst_stop_s": round(worst, 2),
+        "drains_cut": agent.log.read_text(errors="replace").count(DRAIN_CUT),
         **verdict.figures(),
         "problems": verdict.problems(),
     }

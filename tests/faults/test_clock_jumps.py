@@ -84,7 +84,7 @@ async def test_wall_clock_jumps_change_neither_identity_dedup_nor_poll_cadence(
             assert rc == 0
             await agent.start()
             await agent.started()
-            await asyncio.sleep(1.0)
+            await harness.eventually(lambda: duplicates(db) >= 1, 20, "the rings re-read after the restart")
             verdict = await harness.drain_and_check(agent, rx, db, load)
             con = sqlite3.connect(db)
             decisions = dict(con.execute("SELECT decision, count(*) FROM arrivals GROUP BY 1").fetchall())
@@ -99,6 +99,15 @@ async def test_wall_clock_jumps_change_neither_identity_dedup_nor_poll_cadence(
 async def polls(agent: object) -> int:
     status = await agent.status()  # type: ignore[attr-defined]
     return sum(c["polls"] for c in status["service"]["connections"])
+
+
+def duplicates(db: Path) -> int:
+    """Arrivals decided `duplicate` so far (a fresh read-only look at the store)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return int(con.execute("SELECT count(*) FROM arrivals WHERE decision = 'duplicate'").fetchone()[0])
+    finally:
+        con.close()
 
 
 def arrival_years(db: Path) -> set[str]:

@@ -123,7 +123,11 @@ async def test_kill_after_commit_and_before_any_publish_loses_nothing(tmp_path: 
                 await store.record(deliveries(30))
             finally:
                 await store.close()
-            await asyncio.sleep(0.3)  # the forwarder claims and fails a few times
+
+            async def failed_a_few_times() -> bool:  # every claim of the 31 rows adds 31 attempts
+                return (await states(db)).get("pending", (0, 0))[1] >= 2 * 31
+
+            await eventually(failed_a_few_times)
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
         assert (await states(db))["pending"][0] == 31

@@ -59,7 +59,7 @@ async def test_the_forwarder_survives_a_store_it_cannot_write_and_resumes(tmp_pa
         async with asyncio.timeout(20):
             while fwd.state.last_error is None or "store" not in fwd.state.last_error:
                 await asyncio.sleep(0.02)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # a while of an unwritable store: the forwarder must live through it
         assert not task.done(), "the forwarder must keep running while the store cannot be written"
         assert "store" in (fwd.state.last_error or "")
         assert await pending(store) == rows, "rows the store could not mark stay pending (sent again later)"

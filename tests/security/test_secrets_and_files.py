@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from agent.config.upstreams import HttpUpstream, MqttUpstream
-from agent.sinks.http import tls_context
 from agent.sinks.mqtt import MqttSink
+from agent.sinks.tls import tls_context
 from agent.store.store import Store
 
 pytestmark = pytest.mark.timeout(30)

@@ -8,13 +8,13 @@ import logging
 
 import pytest
 
-from agent.service.run import _loop_exception
+from agent.service.signals import loop_exception
 
 
 async def test_known_paho_socket_race_is_one_line_without_traceback(caplog: pytest.LogCaptureFixture) -> None:
     loop = asyncio.get_running_loop()
     with caplog.at_level(logging.WARNING):
-        _loop_exception(
+        loop_exception(
             loop,
             {
                 "message": "Exception in callback BaseSelectorEventLoop.add_writer(13, <function>)",
@@ -31,7 +31,7 @@ async def test_an_unread_aiomqtt_disconnect_future_is_one_line(caplog: pytest.Lo
 
     loop = asyncio.get_running_loop()
     with caplog.at_level(logging.WARNING):
-        _loop_exception(
+        loop_exception(
             loop,
             {
                 "message": "Future exception was never retrieved",
@@ -44,5 +44,5 @@ async def test_an_unread_aiomqtt_disconnect_future_is_one_line(caplog: pytest.Lo
 async def test_any_other_loop_error_keeps_the_default_report(caplog: pytest.LogCaptureFixture) -> None:
     loop = asyncio.get_running_loop()
     with caplog.at_level(logging.ERROR):
-        _loop_exception(loop, {"message": "boom", "exception": ValueError("boom")})
+        loop_exception(loop, {"message": "boom", "exception": ValueError("boom")})
     assert any(r.levelname == "ERROR" and r.exc_info for r in caplog.records)

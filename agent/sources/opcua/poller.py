@@ -9,7 +9,7 @@ counters (and, with ``events`` mapped, an event subscription) only *triggers* th
 never assembles a snapshot from notifications, because asyncua delivers them grouped per
 monitored item, not in order. A reconciling read also runs on every (re)connect and every
 ``reconcile`` interval, because asyncua 2.1 can leave a subscription silently empty after a
-reconnect (library notes, section 2). Event notifications carry the full identity of a
+reconnect. Event notifications carry the full identity of a
 transition (Channel, TransitionId, BootId, State, SourceTime) and are delivered as they come.
 
 Handlers are synchronous and only set an event / append to a list: asyncua 2.x runs each

@@ -1,0 +1,89 @@
+"""The running service's status: live state written into the store, the watchdog, metrics.
+
+`edge-agent status` reads what `StatusWriter` writes, so it needs no socket into the service.
+Writes only the live-state row; a store that cannot be written never stops the service here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from agent.core.decide import Outcome
+from agent.core.errors import StoreError
+from agent.core.live import ServiceLive
+from agent.service import sdnotify
+from agent.service.forwarder import Forwarder
+from agent.service.recorder import Recorder
+from agent.store.outbox import Outbox
+from agent.store.store import Store
+
+log = logging.getLogger(__name__)
+
+OUTBOX_COUNT_EVERY_S = 15.0  # counting the outbox is not free on a big store
+
+
+class StatusWriter:
+    """Keeps `live` and the decision counts; writes them for `status` and the metrics endpoint."""
+
+    def __init__(self, live: ServiceLive, now: Callable[[], str], interval_s: float) -> None:
+        self.live = live
+        self.now = now
+        self.interval_s = interval_s
+        self.decisions: dict[str, int] = {}
+        self.collector: Any = None  # agent.service.metrics.SnapshotCollector when metrics are on
+        self._outbox_counts: list[dict[str, Any]] = []
+        self._counts_at = 0.0
+
+    def count(self, outcomes: Sequence[Outcome]) -> None:
+        """Count the decisions of one committed batch (arrivals by kind, for metrics)."""
+        for oc in outcomes:
+            self.decisions[oc.decision.value] = self.decisions.get(oc.decision.value, 0) + 1
+
+    async def loop(
+        self, store: Store, recorder: Recorder, forwarders: list[Forwarder], stop: asyncio.Event
+    ) -> None:
+        """Write live state every few seconds and feed the systemd watchdog, until `stop`."""
+        interval = sdnotify.watchdog_interval()
+        while not stop.is_set():
+            await self.write(store, recorder, forwarders)
+            if interval is not None and recorder.healthy(max_commit_s=max(2 * interval, 10.0)):
+                sdnotify.notify("WATCHDOG=1")
+            wait = min(self.interval_s, interval or self.interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+
+    async def write(self, store: Store, recorder: Recorder, forwarders: list[Forwarder]) -> None:
+        """One snapshot of the live state into the store (and to the metrics collector)."""
+        self.live.upstreams = {f.upstream.name: asdict(f.state) for f in forwarders}
+        self.live.recorder = {
+            **asdict(recorder.stats),
+            "backlog": recorder.backlog,
+            "store_problem": recorder.store_problem,
+        }
+        snapshot = self.live.snapshot()
+        try:
+            await store.write_live_state("service", self.now(), json.dumps(snapshot))
+        except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly
+            log.debug("live state not written: %s", exc)
+        if self.collector is not None:
+            await self._feed_metrics(store, snapshot)
+
+    async def _feed_metrics(self, store: Store, snapshot: dict[str, Any]) -> None:
+        if time.monotonic() - self._counts_at > OUTBOX_COUNT_EVERY_S:
+            self._outbox_counts = [asdict(c) for c in await Outbox(store).counts()]
+            self._counts_at = time.monotonic()
+        size = sum(p.stat().st_size for p in (Path(store.path), Path(store.path + "-wal")) if p.exists())
+        self.collector.snapshot = {
+            **snapshot,
+            "decisions": dict(self.decisions),
+            "outbox": self._outbox_counts,
+            "store_bytes": size,
+        }
