@@ -11,7 +11,7 @@ Contract of :class:`Source` (call order: ``connect``, then ``poll``/``wait`` alt
   subscriptions). It raises :class:`~agent.core.errors.SourceUnavailable` when the controller
   cannot be reached; it never retries by itself.
 * ``poll()`` reads the device once, consistently, and returns what is new
-  (:class:`~agent.core.tracker.Observations`). A failure of the link raises
+  (:class:`~agent.core.snapshot.Observations`). A failure of the link raises
   ``SourceUnavailable`` (the loop closes, backs off and reconnects); a failure of one field
   (a Modbus exception response, an OPC UA Bad status) is not a link failure: the other
   channels are still observed and the field's error is evidence and a log line.
@@ -38,7 +38,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.live import ConnectionLive
 from agent.core.retry import backoff_s
-from agent.core.tracker import Observations
+from agent.core.snapshot import Observations
 
 log = logging.getLogger(__name__)
 

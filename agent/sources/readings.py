@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.config.sources import Channel, Device, Field
 from agent.core.contract import ContractError, format_timestamp, normalize_timestamp
-from agent.core.tracker import ChannelRead, Observations, RingItem, state_name, time_text
+from agent.core.snapshot import ChannelRead, Observations, RingItem, state_name, time_text
 from agent.sources.modbus.decode import counter_bits
 
 

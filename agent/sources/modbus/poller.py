@@ -30,7 +30,8 @@ from pymodbus.exceptions import ModbusException
 from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
-from agent.core.tracker import ChannelRead, DeviceTracker, Observations, RingItem, RingRead, Snapshot
+from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
+from agent.core.tracker import DeviceTracker
 from agent.sources.base import StateLog
 from agent.sources.modbus.decode import DecodeError, decode
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take

@@ -37,14 +37,8 @@ import asyncua
 from agent.config.sources import Channel, Device, Field, OpcUa
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
-from agent.core.tracker import (
-    ChannelRead,
-    DeviceTracker,
-    Observations,
-    RingItem,
-    RingRead,
-    Snapshot,
-)
+from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
+from agent.core.tracker import DeviceTracker
 from agent.sources.base import StateLog
 from agent.sources.opcua.trust import (
     describe,
