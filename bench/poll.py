@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from agent.config import loader as config  # noqa: E402
 from agent.core.contract import parse_timestamp  # noqa: E402
 from agent.core.decide import Outcome  # noqa: E402
-from agent.core.tracker import Observations  # noqa: E402
+from agent.core.snapshot import Observations  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
 from agent.sources.base import run_source  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402

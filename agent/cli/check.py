@@ -14,7 +14,7 @@ import click
 from agent.config import loader as config
 from agent.config.store import DEFAULT_CONFIG
 from agent.core.errors import ConfigError, SourceUnavailable
-from agent.core.tracker import Snapshot
+from agent.core.snapshot import Snapshot
 
 EX_UNAVAILABLE = 69
 EX_CONFIG = 78

@@ -1,7 +1,7 @@
-"""From successive controller snapshots to observations (pure: no I/O, no clock, no asyncio).
+"""The transition tracker: from successive snapshots of one device to what is new (pure).
 
-A source reads a device (one consistent :class:`Snapshot`) and hands it to the
-:class:`DeviceTracker` of that connection, which says what is new:
+Holds :class:`DeviceTracker`, the change detection of one device over one connection. It must
+not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core.snapshot`.
 
 * **Change, not repetition.** A channel is delivered when its (bootId, transitionId) changes.
   The first read after the agent starts delivers the current values: the store sees a
@@ -28,179 +28,24 @@ A source reads a device (one consistent :class:`Snapshot`) and hands it to the
 
 from __future__ import annotations
 
-import json
-import math
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable
 from typing import Any
-from zoneinfo import ZoneInfo
 
-from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash
+from agent.core.contract import Anomaly, Delivery
+from agent.core.snapshot import (
+    BootSeen,
+    ChannelRead,
+    Observations,
+    RingItem,
+    Snapshot,
+    is_wrap,
+    make_delivery,
+)
 
 U32 = 2**32
 Range = tuple[int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelRead:
-    """One channel as read. ``transition_id`` None with ``error`` set: the read of it failed."""
-
-    channel: str
-    transition_id: int | None
-    state: Any = None
-    source_timestamp: str | None = None
-    latched: Mapping[str, Any] = field(default_factory=dict)
-    bits: int = 32
-    error: str | None = None
-    raw: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RingItem:
-    """One ring slot as read; ``boot_id`` None when the entry carries none (0 or unmapped)."""
-
-    seq: int
-    channel: str | None
-    transition_id: int
-    boot_id: str | None
-    state: Any
-    source_timestamp: str | None
-    raw: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RingRead:
-    head: int
-    capacity: int
-    entries: tuple[RingItem, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """One consistent read of a device over one connection.
-
-    ``boot_reads`` are every value the boot id had during the read (one request: one value;
-    otherwise before and after); they differ when the controller restarted mid-read.
-    ``boot_where`` names the register or node (evidence). ``start_time`` is OPC UA
-    ``ServerStatus/StartTime`` (normalised text) or None.
-    """
-
-    device: str
-    receiver: str
-    read_at: str
-    boot_id: str | None
-    channels: tuple[ChannelRead, ...]
-    boot_reads: tuple[str | None, ...] = ()
-    boot_where: Mapping[str, Any] = field(default_factory=dict)
-    boot_error: str | None = None
-    start_time: str | None = None
-    ring: RingRead | None = None
-    ring_error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BootSeen:
-    """A boot id read straight from a controller (the store makes BootObserved of new ones)."""
-
-    device: str
-    boot_id: str
-    seen_at: str
-    source_ts: str | None
-    live: bool
-    evidence: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Observations:
-    """What one snapshot adds: deliveries (ring entries first, oldest first), boots, anomalies."""
-
-    deliveries: tuple[Delivery, ...] = ()
-    boots: tuple[BootSeen, ...] = ()
-    anomalies: tuple[Anomaly, ...] = ()
-    torn: bool = False
-    notes: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.deliveries or self.boots or self.anomalies)
-
-
-# --- small pure helpers the sources share ------------------------------------------------------
-
-_EPOCH = datetime(1970, 1, 1)
-
-
-def time_text(value: int | float, unit: str = "ms", clock: str = "UTC") -> str | None:
-    """A PLC time value (ms or s since the Unix epoch, in UTC or a local zone) as contract text.
-
-    0 means "never" on a PLC and gives None, and so does a value that is no time (NaN, Inf, or
-    outside the years 1..9999, such as a 64-bit register of all ones). A local clock is read as
-    wall time in that zone (as a PLC without time zone support stores it) and converted to UTC.
-    """
-    if not value or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
-        return None  # NaN/Inf (a float register of all ones) is no time; the caller flags it
-    try:
-        ms = int(value * 1000) if unit == "s" else int(value)
-        wall = _EPOCH + timedelta(milliseconds=ms)
-        aware = wall.replace(tzinfo=UTC) if clock == "UTC" else wall.replace(tzinfo=ZoneInfo(clock))
-        return format_timestamp(aware)
-    except (OverflowError, ValueError):  # beyond year 1..9999, e.g. a uint64 of all ones
-        return None
-
-
-def state_name(raw: Any, values: Mapping[int, str]) -> Any:
-    """The configured name of a state value, or the raw value when none is configured."""
-    return values.get(raw, raw) if isinstance(raw, int) else raw
-
-
-def is_wrap(old: int, new: int, bits: int) -> bool:
-    """A step back from the top quarter of the counter's range to its bottom quarter."""
-    span: int = 2**bits
-    return old >= span - span // 4 and new < span // 4
-
-
-def make_delivery(
-    *,
-    device: str,
-    channel: str,
-    transition_id: int,
-    boot_id: str | None,
-    state: Any,
-    source_timestamp: str | None,
-    latched: Mapping[str, Any],
-    arrival_at: str,
-    receiver: str,
-    live: bool,
-    raw: Mapping[str, Any],
-) -> Delivery:
-    """A poller's delivery: payload is exactly ``{"state": ...}`` plus latched fields (contract 1)."""
-    payload = {**latched, "state": state}
-    return Delivery(
-        source=f"{device}/{channel}",
-        transition_id=str(transition_id),
-        boot_id=boot_id,
-        source_timestamp=source_timestamp,
-        arrival_at=arrival_at,
-        payload=payload,
-        payload_hash=payload_hash(payload, source_timestamp),
-        raw=json.dumps(_plain(raw), sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
-        receiver=receiver,
-        live=live,
-        missing=() if boot_id else ("bootId",),
-        evidence=_plain(raw),
-    )
-
-
-def _plain(value: Any) -> Any:
-    """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+DeliveredKey = tuple[str, str | None, int]  # (channel, boot id, transition id)
 
 
 def subtract(ranges: Iterable[Range], taken: set[int]) -> list[Range]:
@@ -216,9 +61,6 @@ def subtract(ranges: Iterable[Range], taken: set[int]) -> list[Range]:
         if start <= hi:
             out.append((start, hi))
     return out
-
-
-# --- the tracker --------------------------------------------------------------------------------
 
 
 class DeviceTracker:
@@ -237,7 +79,7 @@ class DeviceTracker:
         self.last_head: int | None = None
         self.last_start_time: str | None = None
         self.ring_due = True
-        self._delivered: OrderedDict[tuple[str, str | None, int], None] = OrderedDict()
+        self._delivered: OrderedDict[DeliveredKey, None] = OrderedDict()
 
     def reconnected(self) -> None:
         """Call after every (re)connect: the next snapshot reads the ring (the outage may hide entries)."""
@@ -261,6 +103,7 @@ class DeviceTracker:
         return False
 
     def observe(self, snap: Snapshot) -> Observations:
+        """What ``snap`` adds: boots, then channels, then the ring, then the gaps left over."""
         if len(set(snap.boot_reads)) > 1:
             return Observations(
                 torn=True, notes=(f"boot id moved during the read {snap.boot_reads}; reading again",)
@@ -283,11 +126,21 @@ class DeviceTracker:
                 out.append(d)
         return Observations(tuple(out))
 
-    # --- steps of observe ------------------------------------------------------------------------
+    # --- boot: restart evidence, a new boot id, counters of a new boot ---------------------------
 
     def _boot(self, snap: Snapshot, notes: list[str]) -> list[BootSeen]:
+        restarted = self._server_restarted(snap, notes)
         out: list[BootSeen] = []
-        boot = snap.boot_id
+        if snap.boot_id is not None and snap.boot_id != self.last_boot:
+            out.append(self._boot_seen(snap, snap.boot_id, restarted, notes))
+            self.last_boot = snap.boot_id
+        if snap.start_time is not None:
+            self.last_start_time = snap.start_time
+        self._reset_counters(snap)
+        return out
+
+    def _server_restarted(self, snap: Snapshot, notes: list[str]) -> bool:
+        """Whether ``ServerStatus/StartTime`` moved since the last snapshot (said in a note)."""
         restarted = (
             snap.start_time is not None
             and self.last_start_time is not None
@@ -297,33 +150,36 @@ class DeviceTracker:
             notes.append(
                 f"server restarted: ServerStatus/StartTime {self.last_start_time} -> {snap.start_time}"
             )
-        if boot is not None and boot != self.last_boot:
-            previous = self.last_boot
-            where = ", ".join(f"{k} {v}" for k, v in snap.boot_where.items()) or "boot id"
-            summary = (
-                f"boot id ({where}) changed from {previous} to {boot}"
-                if previous is not None
-                else f"boot id ({where}) read as {boot}"
-            )
-            evidence: dict[str, Any] = {"summary": summary, **snap.boot_where, "receiver": snap.receiver}
-            if previous is not None:
-                evidence["previous_value"] = previous
-            if snap.start_time is not None:
-                evidence["server_start_time"] = snap.start_time
-                if restarted:
-                    evidence["previous_server_start_time"] = self.last_start_time
-            out.append(BootSeen(self.device, boot, snap.read_at, None, True, evidence))
-            if previous is not None:
-                notes.append(summary)
-            self.last_boot = boot
+        return restarted
+
+    def _boot_seen(self, snap: Snapshot, boot: str, restarted: bool, notes: list[str]) -> BootSeen:
+        """A boot id other than the last one, with the evidence of where and how it was read."""
+        previous = self.last_boot
+        where = ", ".join(f"{k} {v}" for k, v in snap.boot_where.items()) or "boot id"
+        summary = (
+            f"boot id ({where}) changed from {previous} to {boot}"
+            if previous is not None
+            else f"boot id ({where}) read as {boot}"
+        )
+        evidence: dict[str, Any] = {"summary": summary, **snap.boot_where, "receiver": snap.receiver}
+        if previous is not None:
+            evidence["previous_value"] = previous
+            notes.append(summary)
         if snap.start_time is not None:
-            self.last_start_time = snap.start_time
-        if boot != self.counter_boot:
-            # Counters of a boot we saw begin start at 0; otherwise they are unknown until read.
-            started_here = boot is not None and self.counter_boot is not None
-            self.counters = {ch.channel: 0 for ch in snap.channels} if started_here else {}
-            self.counter_boot = boot
-        return out
+            evidence["server_start_time"] = snap.start_time
+            if restarted:
+                evidence["previous_server_start_time"] = self.last_start_time
+        return BootSeen(self.device, boot, snap.read_at, None, True, evidence)
+
+    def _reset_counters(self, snap: Snapshot) -> None:
+        """On a boot change: counters of a boot we saw begin start at 0, else unknown until read."""
+        if snap.boot_id == self.counter_boot:
+            return
+        started_here = snap.boot_id is not None and self.counter_boot is not None
+        self.counters = {ch.channel: 0 for ch in snap.channels} if started_here else {}
+        self.counter_boot = snap.boot_id
+
+    # --- channels: counter steps and live deliveries ---------------------------------------------
 
     def _channels(
         self, snap: Snapshot, notes: list[str]
@@ -331,65 +187,79 @@ class DeviceTracker:
         out: list[Delivery] = []
         missing: dict[str, list[Range]] = {}
         anomalies: list[Anomaly] = []
-        boot = snap.boot_id
         for ch in snap.channels:
             tid = ch.transition_id
             if tid is None:
                 continue
             last = self.counters.get(ch.channel)
             self.counters[ch.channel] = tid
-            if last is not None and tid == last:
+            if last == tid:
                 continue
-            if last is not None and tid > last:
-                if tid - last > 1:
-                    missing[ch.channel] = [(last + 1, tid - 1)]
-            elif last is not None:  # a step back within one boot
-                wrap = is_wrap(last, tid, ch.bits)
-                kind = "wrap" if wrap else "reset"
-                notes.append(f"{ch.channel}: counter {kind} {last} -> {tid}")
-                if boot is not None:
-                    anomalies.append(
-                        Anomaly(
-                            f"{self.device}/{ch.channel}",
-                            boot,
-                            kind,
-                            str(last),
-                            str(tid),
-                            snap.read_at,
-                            {"receiver": snap.receiver, "bits": ch.bits},
-                        )
-                    )
-                if wrap:
-                    top = 2**ch.bits - 1
-                    missing[ch.channel] = [r for r in ((last + 1, top), (1, tid - 1)) if r[0] <= r[1]]
-            if tid == 0:
-                continue
-            key = (ch.channel, boot, tid)
-            if key in self._delivered:
-                continue
-            self._remember(key)
-            boot_raw: dict[str, Any] = {"value": boot, **snap.boot_where}
-            if snap.boot_error:
-                boot_raw["error"] = snap.boot_error
-            raw: dict[str, Any] = {"read": dict(ch.raw), "boot": boot_raw}
-            if snap.start_time is not None:
-                raw["server_start_time"] = snap.start_time
-            out.append(
-                make_delivery(
-                    device=self.device,
-                    channel=ch.channel,
-                    transition_id=tid,
-                    boot_id=boot,
-                    state=ch.state,
-                    source_timestamp=ch.source_timestamp,
-                    latched=ch.latched,
-                    arrival_at=snap.read_at,
-                    receiver=snap.receiver,
-                    live=True,
-                    raw=raw,
-                )
-            )
+            if last is not None:
+                skipped, anomaly = self._counter_step(snap, ch, last, tid, notes)
+                if skipped is not None:
+                    missing[ch.channel] = skipped
+                if anomaly is not None:
+                    anomalies.append(anomaly)
+            delivery = self._live_delivery(snap, ch, tid)
+            if delivery is not None:
+                out.append(delivery)
         return out, missing, anomalies
+
+    def _counter_step(
+        self, snap: Snapshot, ch: ChannelRead, last: int, tid: int, notes: list[str]
+    ) -> tuple[list[Range] | None, Anomaly | None]:
+        """The transitions a counter skipped, and the anomaly of a step back (wrap or reset)."""
+        if tid > last:
+            return ([(last + 1, tid - 1)] if tid - last > 1 else None), None
+        wrap = is_wrap(last, tid, ch.bits)
+        kind = "wrap" if wrap else "reset"
+        notes.append(f"{ch.channel}: counter {kind} {last} -> {tid}")
+        anomaly = None
+        if snap.boot_id is not None:
+            anomaly = Anomaly(
+                f"{self.device}/{ch.channel}",
+                snap.boot_id,
+                kind,
+                str(last),
+                str(tid),
+                snap.read_at,
+                {"receiver": snap.receiver, "bits": ch.bits},
+            )
+        if not wrap:
+            return None, anomaly
+        top = 2**ch.bits - 1
+        return [r for r in ((last + 1, top), (1, tid - 1)) if r[0] <= r[1]], anomaly
+
+    def _live_delivery(self, snap: Snapshot, ch: ChannelRead, tid: int) -> Delivery | None:
+        """The channel's current transition, unless it is 0 ("none yet") or already delivered."""
+        if tid == 0:
+            return None
+        key = (ch.channel, snap.boot_id, tid)
+        if key in self._delivered:
+            return None
+        self._remember(key)
+        boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
+        if snap.boot_error:
+            boot_raw["error"] = snap.boot_error
+        raw: dict[str, Any] = {"read": dict(ch.raw), "boot": boot_raw}
+        if snap.start_time is not None:
+            raw["server_start_time"] = snap.start_time
+        return make_delivery(
+            device=self.device,
+            channel=ch.channel,
+            transition_id=tid,
+            boot_id=snap.boot_id,
+            state=ch.state,
+            source_timestamp=ch.source_timestamp,
+            latched=ch.latched,
+            arrival_at=snap.read_at,
+            receiver=snap.receiver,
+            live=True,
+            raw=raw,
+        )
+
+    # --- ring, events and gaps -------------------------------------------------------------------
 
     def _ring(self, snap: Snapshot, notes: list[str]) -> tuple[list[Delivery], bool]:
         ring = snap.ring
@@ -448,7 +318,7 @@ class DeviceTracker:
                 )
         return out
 
-    def _remember(self, key: tuple[str, str | None, int]) -> None:
+    def _remember(self, key: DeliveredKey) -> None:
         self._delivered[key] = None
         while len(self._delivered) > self.remember:
             self._delivered.popitem(last=False)

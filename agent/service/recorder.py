@@ -31,7 +31,7 @@ from typing import Any
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.decide import BootSighting, Outcome
 from agent.core.errors import StoreError
-from agent.core.tracker import Observations
+from agent.core.snapshot import Observations
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""Sources: read controllers (Modbus, OPC UA) and hand observations to a sink; never the store."""

@@ -1,5 +1,8 @@
 """What a source is, and the one loop that drives every source connection.
 
+Holds the Source and ObservationSink protocols, the once-per-change StateLog and
+:func:`run_source`. It must not read a controller itself or touch the store.
+
 A *source* is one connection to one controller (a device with a Modbus and an OPC UA
 connection has two sources, each with its own task and its own tracker: each read is an
 arrival of its own, and the store makes one canonical event of the two).
@@ -11,7 +14,7 @@ Contract of :class:`Source` (call order: ``connect``, then ``poll``/``wait`` alt
   subscriptions). It raises :class:`~agent.core.errors.SourceUnavailable` when the controller
   cannot be reached; it never retries by itself.
 * ``poll()`` reads the device once, consistently, and returns what is new
-  (:class:`~agent.core.tracker.Observations`). A failure of the link raises
+  (:class:`~agent.core.snapshot.Observations`). A failure of the link raises
   ``SourceUnavailable`` (the loop closes, backs off and reconnects); a failure of one field
   (a Modbus exception response, an OPC UA Bad status) is not a link failure: the other
   channels are still observed and the field's error is evidence and a log line.
@@ -38,7 +41,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.live import ConnectionLive
 from agent.core.retry import backoff_s
-from agent.core.tracker import Observations
+from agent.core.snapshot import Observations
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,45 @@ def _boot_of(obs: Observations) -> str | None:
     return live[-1] if live else None
 
 
+class _Link:
+    """The state of one source's link as the loop sees it: logged once per change, counted for
+    the backoff, and reported to the live status when there is one."""
+
+    def __init__(self, source: Source, live: ConnectionLive | None) -> None:
+        self.label = f'Device "{source.device}" ({source.receiver})'
+        self.state = StateLog(log, self.label)
+        self.live = live
+        self.failures = 0
+
+    def answered(self, obs: Observations) -> None:
+        # Up only once a read answered: a half-open peer accepts connects and then never
+        # answers, and would otherwise flap between "recovered" and "unavailable".
+        self.state.set("link", None)
+        self.failures = 0
+        if self.live is not None:
+            self.live.polled(_now_text(), _boot_of(obs))
+        for note in obs.notes:
+            log.info("%s: %s", self.label, note)
+
+    def failed(self, exc: SourceUnavailable) -> None:
+        self.failures += 1
+        self.state.set("link", f"unavailable: {exc}")
+        if self.live is not None:
+            self.live.failed(str(exc))
+
+
+async def _poll_until_stopped(
+    source: Source, sink: ObservationSink, stop: asyncio.Event, link: _Link
+) -> None:
+    """Poll, hand on what is new, wait; until ``stop`` (or SourceUnavailable from the source)."""
+    while not stop.is_set():
+        obs = await source.poll()
+        link.answered(obs)
+        if obs:
+            await sink.submit(obs)
+        await source.wait(stop)
+
+
 async def run_source(
     source: Source,
     sink: ObservationSink,
@@ -110,35 +152,20 @@ async def run_source(
 
     Returns only when ``stop`` is set. The connection state is logged once per change.
     """
-    label = f'Device "{source.device}" ({source.receiver})'
-    state = StateLog(log, label)
-    failures = 0
+    link = _Link(source, live)
     while not stop.is_set():
         try:
             await source.connect()
-            while not stop.is_set():
-                obs = await source.poll()
-                # Up only once a read answered: a half-open peer accepts connects and then never
-                # answers, and would otherwise flap between "recovered" and "unavailable".
-                state.set("link", None)
-                failures = 0
-                if live is not None:
-                    live.polled(_now_text(), _boot_of(obs))
-                for note in obs.notes:
-                    log.info("%s: %s", label, note)
-                if obs:
-                    await sink.submit(obs)
-                await source.wait(stop)
+            await _poll_until_stopped(source, sink, stop, link)
         except SourceUnavailable as exc:
-            failures += 1
-            state.set("link", f"unavailable: {exc}")
-            if live is not None:
-                live.failed(str(exc))
+            link.failed(exc)
         finally:
             await source.close()
         if stop.is_set():
             break
-        delay = backoff_s(max(failures, 1), initial_s=backoff_initial, max_s=backoff_max, jitter=jitter())
+        delay = backoff_s(
+            max(link.failures, 1), initial_s=backoff_initial, max_s=backoff_max, jitter=jitter()
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), delay)
     if live is not None:

@@ -1,5 +1,8 @@
 """Wiring of the pollers: one source and one task per configured connection.
 
+Holds the source factory and the task tree of devices and connections. It must not read a
+controller itself or know the store: observations go to the sink it is given.
+
 What a service calls::
 
     recorder = Recorder(store)                        # agent.service.recorder: the one writer task

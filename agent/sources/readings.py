@@ -1,5 +1,8 @@
 """From configured fields and raw values to tracker inputs (pure; shared by Modbus and OPC UA).
 
+Holds the naming of states, channels and times and the bad-value rules, once for both
+protocols. It must not do I/O or know a protocol's wire format.
+
 Both paths of one controller must give the same payload and hash, so naming of states,
 channels and times happens here once: a state is the configured name of its value (or the
 raw value), a ring entry's channel is named by the ring's ``channel`` values (or the
@@ -30,7 +33,7 @@ from typing import Any
 
 from agent.config.sources import Channel, Device, Field
 from agent.core.contract import ContractError, format_timestamp, normalize_timestamp
-from agent.core.tracker import ChannelRead, Observations, RingItem, state_name, time_text
+from agent.core.snapshot import ChannelRead, Observations, RingItem, state_name, time_text
 from agent.sources.modbus.decode import counter_bits
 
 

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 
 from agent.config.sources import Channel, Device, Field, ModbusTcp, Ring
 from agent.core.jcs import canonical_json
-from agent.core.tracker import DeviceTracker, Snapshot
+from agent.core.snapshot import Snapshot
+from agent.core.tracker import DeviceTracker
+from agent.sources.modbus.answers import channel_from_registers, response_problem
 from agent.sources.modbus.decode import WORDS, DecodeError, decode, encode
 from agent.sources.modbus.plan import Block
-from agent.sources.modbus.poller import channel_from_registers, response_problem
 from agent.sources.readings import boot_number, ring_item
 
 THOUSAND = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,7 +13,7 @@ import yaml
 from agent.config import loader as config
 from agent.config.sources import Channel, Device, Field, ModbusTcp
 from agent.core.errors import SourceUnavailable
-from agent.core.tracker import Observations
+from agent.core.snapshot import Observations
 from agent.sources.modbus.poller import ModbusSource
 from devices.controller import ChannelSpec, Controller
 from devices.hostile_modbus import HostileModbusServer

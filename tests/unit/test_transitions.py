@@ -7,17 +7,16 @@ from typing import Any
 
 import pytest
 
-from agent.core.tracker import (
+from agent.core.snapshot import (
     ChannelRead,
-    DeviceTracker,
     Observations,
     RingItem,
     RingRead,
     Snapshot,
     is_wrap,
-    subtract,
     time_text,
 )
+from agent.core.tracker import DeviceTracker, subtract
 
 DEV = "PUMP-07"
 Read = tuple[str | None, int | None]  # (boot id, Trip counter) of one snapshot

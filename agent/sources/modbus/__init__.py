@@ -1,0 +1,1 @@
+"""Modbus TCP/RTU source: read planning, decoding, answer checks and the poller."""

@@ -1,5 +1,7 @@
 """Modbus register decoding (pure): 16/32/64-bit integers and floats, bits, word order.
 
+Holds decode and encode of one value and the width of a counter type. It must not do I/O.
+
 Each register is big-endian, as Modbus defines; a value of several registers follows the
 device's word order: ``big`` puts the most significant word first, ``little`` reverses the
 words (byte order within a word never changes). ``bool`` is a coil/discrete input, or a

@@ -1,5 +1,8 @@
 """Modbus read planning (pure): the fields of a device into as few requests as the map allows.
 
+Holds the block planner and the lookup of a field in what was read. It must not do I/O:
+the poller sends the requests planned here.
+
 Fields of one table (holding, input, coil, discrete) are sorted by address and merged into
 contiguous blocks of at most 125 registers (2000 bits for coils and discrete inputs), bridging
 holes of up to ``max_gap`` unmapped addresses (reading a few spare registers costs less than

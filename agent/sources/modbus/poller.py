@@ -1,5 +1,8 @@
 """Modbus TCP and RTU source (pymodbus 3.16): one client, one task, one tracker per connection.
 
+Holds :class:`ModbusSource`: connect, read the planned blocks and the ring, close. It must not
+send anything but the four read function codes (1-4): nothing here can write to a controller.
+
 Reads follow :mod:`agent.sources.modbus.plan`: the boot id and all channel fields in one
 request where the map allows (the boot id read again after the other blocks otherwise), the
 ring (header and slots) in one request, and only when the tracker needs it (first read, after
@@ -20,7 +23,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,94 +33,38 @@ from pymodbus.exceptions import ModbusException
 from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
-from agent.core.tracker import ChannelRead, DeviceTracker, Observations, RingItem, RingRead, Snapshot
+from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
+from agent.core.tracker import DeviceTracker
 from agent.sources.base import StateLog
+from agent.sources.modbus.answers import (
+    BadResponse,
+    ExceptionResponse,
+    channel_from_registers,
+    response_problem,
+)
 from agent.sources.modbus.decode import DecodeError, decode
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
-from agent.sources.readings import BadValue, boot_number, channel_fields, channel_read, ring_item
+from agent.sources.readings import BadValue, boot_number, channel_fields, ring_item
 
 log = logging.getLogger(__name__)
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; we log what we catch
 
-EXCEPTION_NAMES = {
-    1: "illegal function",
-    2: "illegal data address",
-    3: "illegal data value",
-    4: "device failure",
-    6: "device busy",
-    10: "gateway path unavailable",
-    11: "gateway target failed to respond",
-}
-READ_FUNCTIONS = {"coil": 1, "discrete": 2, "holding": 3, "input": 4}
 SPLIT_FOR_S = 30.0
 TORN_RETRIES = 3
 
 
-class ExceptionResponse(Exception):
-    """The controller answered with a Modbus exception code (evidence, not a link failure)."""
-
-    def __init__(self, block: Block, code: int) -> None:
-        self.block, self.code = block, code
-        name = EXCEPTION_NAMES.get(code, "exception")
-        super().__init__(
-            f"exception {code} ({name}) reading {block.table} {block.start}..{block.start + block.count - 1}"
-        )
-
-
-class BadResponse(ExceptionResponse):
-    """A well-framed answer that does not answer the request (wrong quantity, unit or function):
-    refused like an exception response, so the other channels are still read one by one."""
-
-    def __init__(self, block: Block, problem: str) -> None:
-        self.block, self.code = block, 0
-        where = f"{block.table} {block.start}..{block.start + block.count - 1}"
-        Exception.__init__(self, f"bad response reading {where}: {problem}")
-
-
-def response_problem(
-    block: Block, function_code: Any, unit_seen: Any, unit: int, values: Sequence[Any]
-) -> str | None:
-    """Why an answer to ``block`` is refused (None: it is fine). Pure; pymodbus checks the unit id
-    only for unit != 0 and never the quantity, so both are checked here."""
-    expected = READ_FUNCTIONS[block.table]
-    if function_code != expected:
-        return f"function code {function_code} in the answer to a request with function code {expected}"
-    if unit_seen is not None and unit_seen != unit:
-        return f"unit id {unit_seen} in the answer, {unit} asked"
-    if block.table in BIT_TABLES:
-        if not block.count <= len(values) < block.count + 8:
-            return f"{len(values)} bits for {block.count} asked"
-    elif len(values) != block.count:
-        return f"{len(values)} registers for {block.count} asked"
-    elif any(not 0 <= v <= 0xFFFF for v in values):
-        return "a register value outside 0..65535"
-    return None
-
-
-def channel_from_registers(
-    ch: Channel, got: Mapping[Block, Sequence[int]], word_order: str, error: str | None = None
-) -> ChannelRead:
-    """One channel from the registers read (pure): decode each field, then the shared rules of
-    :func:`agent.sources.readings.channel_read` (identity strict, payload tolerant)."""
-    values: dict[str, Any] = {}
-    raw: dict[str, Any] = {}
-    for name, f in channel_fields(ch):
-        regs = take(got, f)
-        if regs is None:
-            continue
-        try:
-            values[name] = decode(regs, f.type, f.word_order or word_order)
-        except DecodeError as exc:
-            error = str(exc)
-            continue
-        raw[name] = {"register": f.register, "registers": list(regs)}
-    if error:
-        raw["error"] = error
-    return channel_read(ch, values, raw)
-
-
 def _now() -> str:
     return format_timestamp(datetime.now(UTC))
+
+
+@dataclass
+class FieldReads:
+    """The registers of the boot id and the channel fields as read, and what could not be read."""
+
+    got: dict[Block, list[int]] = field(default_factory=dict)
+    boot_error: str | None = None
+    channel_errors: dict[str, str] = field(default_factory=dict)
+    split: bool = False
 
 
 class ModbusSource:
@@ -160,24 +107,25 @@ class ModbusSource:
 
     # --- Source protocol ---------------------------------------------------------------------
 
-    async def connect(self) -> None:
+    def _new_client(self) -> Any:
+        """A TCP or serial client without pymodbus' own retries and reconnect."""
         c = self.conn
         if isinstance(c, ModbusTcp):
-            client: Any = AsyncModbusTcpClient(
-                c.host, port=c.port, timeout=c.timeout, retries=0, reconnect_delay=0
-            )
-        else:
-            client = AsyncModbusSerialClient(
-                c.serial,
-                baudrate=c.baudrate,
-                parity=c.parity,
-                stopbits=c.stopbits,
-                bytesize=c.bytesize,
-                timeout=c.timeout,
-                retries=0,
-                reconnect_delay=0,
-            )
-        self.client = client
+            return AsyncModbusTcpClient(c.host, port=c.port, timeout=c.timeout, retries=0, reconnect_delay=0)
+        return AsyncModbusSerialClient(
+            c.serial,
+            baudrate=c.baudrate,
+            parity=c.parity,
+            stopbits=c.stopbits,
+            bytesize=c.bytesize,
+            timeout=c.timeout,
+            retries=0,
+            reconnect_delay=0,
+        )
+
+    async def connect(self) -> None:
+        c = self.conn
+        client = self.client = self._new_client()
         try:
             async with asyncio.timeout(c.timeout * 2):
                 ok = await client.connect()
@@ -264,40 +212,16 @@ class ModbusSource:
         return got, failed
 
     async def snapshot(self) -> Snapshot:
-        split = time.monotonic() < self.split_until
-        if not split:
-            got, failed = await self._read_all(self.plan.blocks)
-            if failed:
-                first = next(iter(failed.values()))
-                self.errors.set("read", f"{first}; reading channel by channel")
-                self.split_until = time.monotonic() + SPLIT_FOR_S
-                split = True
-            else:
-                self.errors.set("read", None)
-        boots: list[str | None] = []
-        boot_error: str | None = None
-        channel_errors: dict[str, str] = {}
-        if split:
-            got = {}
-            if self.plan.boot is not None:
-                boot_got, boot_failed = await self._read_all([self.plan.boot])
-                got.update(boot_got)
-                boot_error = next(iter(boot_failed.values()), None)
-            for ch, blocks in zip(self.dev.channels, self.channel_plans, strict=True):
-                ch_got, ch_failed = await self._read_all(blocks)
-                got.update(ch_got)
-                if ch_failed:
-                    channel_errors[ch.name] = next(iter(ch_failed.values()))
-        boot = self._boot_value(got)
-        boots.append(boot)
-        if self.plan.boot is not None and (split or self.plan.recheck_boot):
-            again, again_failed = await self._read_all([self.plan.boot])
-            boots.append(self._boot_value(again) if not again_failed else None)
-        self.errors.set("boot id", boot_error)
-        reads = tuple(self._channel(ch, got, channel_errors.get(ch.name)) for ch in self.dev.channels)
-        where: dict[str, Any] = {}
-        if self.dev.boot_id is not None:
-            where = {"register": self.dev.boot_id.register, "table": self.dev.boot_id.table}
+        """The boot id and every channel; the boot id read again when the fields took several requests."""
+        fields = await self._read_fields()
+        boot = self._boot_value(fields.got)
+        boots = [boot]
+        if self.plan.boot is not None and (fields.split or self.plan.recheck_boot):
+            boots.append(await self._boot_again())
+        self.errors.set("boot id", fields.boot_error)
+        reads = tuple(
+            self._channel(ch, fields.got, fields.channel_errors.get(ch.name)) for ch in self.dev.channels
+        )
         return Snapshot(
             device=self.device,
             receiver=self.receiver,
@@ -305,9 +229,45 @@ class ModbusSource:
             boot_id=boot,
             channels=reads,
             boot_reads=tuple(boots) if len(boots) > 1 else (),
-            boot_where=where,
-            boot_error=boot_error,
+            boot_where=self._boot_where(),
+            boot_error=fields.boot_error,
         )
+
+    async def _read_fields(self) -> FieldReads:
+        """The planned blocks; after an exception response, channel by channel for a while."""
+        if time.monotonic() >= self.split_until:
+            got, failed = await self._read_all(self.plan.blocks)
+            if not failed:
+                self.errors.set("read", None)
+                return FieldReads(got)
+            first = next(iter(failed.values()))
+            self.errors.set("read", f"{first}; reading channel by channel")
+            self.split_until = time.monotonic() + SPLIT_FOR_S
+        return await self._read_split()
+
+    async def _read_split(self) -> FieldReads:
+        """The boot id, then each channel on its own: one refused field fails only its channel."""
+        out = FieldReads(split=True)
+        if self.plan.boot is not None:
+            boot_got, boot_failed = await self._read_all([self.plan.boot])
+            out.got.update(boot_got)
+            out.boot_error = next(iter(boot_failed.values()), None)
+        for ch, blocks in zip(self.dev.channels, self.channel_plans, strict=True):
+            ch_got, ch_failed = await self._read_all(blocks)
+            out.got.update(ch_got)
+            if ch_failed:
+                out.channel_errors[ch.name] = next(iter(ch_failed.values()))
+        return out
+
+    async def _boot_again(self) -> str | None:
+        assert self.plan.boot is not None
+        again, again_failed = await self._read_all([self.plan.boot])
+        return self._boot_value(again) if not again_failed else None
+
+    def _boot_where(self) -> dict[str, Any]:
+        if self.dev.boot_id is None:
+            return {}
+        return {"register": self.dev.boot_id.register, "table": self.dev.boot_id.table}
 
     def _word_order(self, f: Field) -> str:
         return f.word_order or self.dev.word_order
@@ -331,6 +291,7 @@ class ModbusSource:
         return read
 
     async def _with_ring(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with the ring (header and slots, one request where the map allows) or its error."""
         ring = self.dev.ring
         assert ring is not None
         got, failed = await self._read_all(self.ring_blocks)
@@ -342,16 +303,28 @@ class ModbusSource:
         head_regs = take(got, ring.head)
         if head_regs is None:
             return replace(snap, ring_error="ring head not read")
-        capacity = ring.capacity.value or ring.slot_count
         try:
-            head = int(decode(head_regs, ring.head.type, self._word_order(ring.head)))
-            if ring.capacity.register is not None and (cap_regs := take(got, ring.capacity)) is not None:
-                order = self._word_order(ring.capacity)
-                capacity = int(decode(cap_regs, ring.capacity.type, order)) or capacity
+            head, capacity = self._ring_header(got, head_regs)
         except (DecodeError, ValueError, OverflowError) as exc:  # a float head: NaN/Inf
             return replace(snap, ring_error=f"ring header refused: {exc}")
+        return replace(snap, ring=RingRead(head, capacity, self._ring_entries(got, capacity)))
+
+    def _ring_header(self, got: Mapping[Block, Sequence[int]], head_regs: Sequence[int]) -> tuple[int, int]:
+        """(head, capacity): the capacity register when mapped and not 0, else the configured one."""
+        ring = self.dev.ring
+        assert ring is not None
+        capacity = ring.capacity.value or ring.slot_count
+        head = int(decode(head_regs, ring.head.type, self._word_order(ring.head)))
+        if ring.capacity.register is not None and (cap_regs := take(got, ring.capacity)) is not None:
+            order = self._word_order(ring.capacity)
+            capacity = int(decode(cap_regs, ring.capacity.type, order)) or capacity
+        return head, capacity
+
+    def _ring_entries(self, got: Mapping[Block, Sequence[int]], capacity: int) -> tuple[RingItem, ...]:
+        """The filled slots, at most ``capacity`` of them, as ring items."""
+        ring = self.dev.ring
+        assert ring is not None and ring.slots_register is not None and ring.slot_size is not None
         entries: list[RingItem] = []
-        assert ring.slots_register is not None and ring.slot_size is not None
         for k in range(min(capacity, ring.slot_count)):
             base = ring.slots_register + k * ring.slot_size
             values: dict[str, Any] = {}
@@ -362,4 +335,4 @@ class ModbusSource:
             item = ring_item(self.dev, values)
             if item is not None:
                 entries.append(item)
-        return replace(snap, ring=RingRead(head, capacity, tuple(entries)))
+        return tuple(entries)

@@ -1,0 +1,1 @@
+"""OPC UA source: session and trust, reads, subscription events and the poller."""

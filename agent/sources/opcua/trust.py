@@ -1,5 +1,8 @@
 """Is this OPC UA server certificate trusted? (No trust on first use.)
 
+Holds the loading of the trust list and the check of one certificate against it. It must not
+open connections: the session pins only what this approves.
+
 asyncua's client does not check the server's certificate: without ``server_certificate`` it
 takes whatever the server's endpoint list offers. The agent instead takes the certificate from
 the endpoint list, checks it against the configured trust list (``server_certificate``, one

@@ -1,5 +1,8 @@
 """What an OPC UA value may be before the agent uses it (pure).
 
+Holds the checks of a scalar field and of a ring array. It must not convert or build anything
+from a value: it only says why one is refused.
+
 A server decides the type and size of every value it serves, so a hostile or broken one can
 answer a counter's Read with a 10 MiB string, a million-element array or a Variant nested in
 Variants. The transport limit (``max_message_size``) bounds what is received at all; these

@@ -1,0 +1,177 @@
+"""What a read of a controller is, and what the tracker makes of it (pure types and helpers).
+
+Holds the snapshot a source reads (channels, ring, boot evidence), the observations the
+tracker returns, and the small conversions both sides share. No I/O, no clock, no state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelRead:
+    """One channel as read. ``transition_id`` None with ``error`` set: the read of it failed."""
+
+    channel: str
+    transition_id: int | None
+    state: Any = None
+    source_timestamp: str | None = None
+    latched: Mapping[str, Any] = field(default_factory=dict)
+    bits: int = 32
+    error: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RingItem:
+    """One ring slot as read; ``boot_id`` None when the entry carries none (0 or unmapped)."""
+
+    seq: int
+    channel: str | None
+    transition_id: int
+    boot_id: str | None
+    state: Any
+    source_timestamp: str | None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RingRead:
+    """The ring as read: its head counter, its capacity and the entries of its slots."""
+
+    head: int
+    capacity: int
+    entries: tuple[RingItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One consistent read of a device over one connection.
+
+    ``boot_reads`` are every value the boot id had during the read (one request: one value;
+    otherwise before and after); they differ when the controller restarted mid-read.
+    ``boot_where`` names the register or node (evidence). ``start_time`` is OPC UA
+    ``ServerStatus/StartTime`` (normalised text) or None.
+    """
+
+    device: str
+    receiver: str
+    read_at: str
+    boot_id: str | None
+    channels: tuple[ChannelRead, ...]
+    boot_reads: tuple[str | None, ...] = ()
+    boot_where: Mapping[str, Any] = field(default_factory=dict)
+    boot_error: str | None = None
+    start_time: str | None = None
+    ring: RingRead | None = None
+    ring_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BootSeen:
+    """A boot id read straight from a controller (the store makes BootObserved of new ones)."""
+
+    device: str
+    boot_id: str
+    seen_at: str
+    source_ts: str | None
+    live: bool
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """What one snapshot adds: deliveries (ring entries first, oldest first), boots, anomalies."""
+
+    deliveries: tuple[Delivery, ...] = ()
+    boots: tuple[BootSeen, ...] = ()
+    anomalies: tuple[Anomaly, ...] = ()
+    torn: bool = False
+    notes: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.deliveries or self.boots or self.anomalies)
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def time_text(value: int | float, unit: str = "ms", clock: str = "UTC") -> str | None:
+    """A PLC time value (ms or s since the Unix epoch, in UTC or a local zone) as contract text.
+
+    0 means "never" on a PLC and gives None, and so does a value that is no time (NaN, Inf, or
+    outside the years 1..9999, such as a 64-bit register of all ones). A local clock is read as
+    wall time in that zone (as a PLC without time zone support stores it) and converted to UTC.
+    """
+    if not value or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        return None  # NaN/Inf (a float register of all ones) is no time; the caller flags it
+    try:
+        ms = int(value * 1000) if unit == "s" else int(value)
+        wall = _EPOCH + timedelta(milliseconds=ms)
+        aware = wall.replace(tzinfo=UTC) if clock == "UTC" else wall.replace(tzinfo=ZoneInfo(clock))
+        return format_timestamp(aware)
+    except (OverflowError, ValueError):  # beyond year 1..9999, e.g. a uint64 of all ones
+        return None
+
+
+def state_name(raw: Any, values: Mapping[int, str]) -> Any:
+    """The configured name of a state value, or the raw value when none is configured."""
+    return values.get(raw, raw) if isinstance(raw, int) else raw
+
+
+def is_wrap(old: int, new: int, bits: int) -> bool:
+    """A step back from the top quarter of the counter's range to its bottom quarter."""
+    span: int = 2**bits
+    return old >= span - span // 4 and new < span // 4
+
+
+def make_delivery(
+    *,
+    device: str,
+    channel: str,
+    transition_id: int,
+    boot_id: str | None,
+    state: Any,
+    source_timestamp: str | None,
+    latched: Mapping[str, Any],
+    arrival_at: str,
+    receiver: str,
+    live: bool,
+    raw: Mapping[str, Any],
+) -> Delivery:
+    """A poller's delivery: payload is exactly ``{"state": ...}`` plus latched fields (contract 1)."""
+    payload = {**latched, "state": state}
+    return Delivery(
+        source=f"{device}/{channel}",
+        transition_id=str(transition_id),
+        boot_id=boot_id,
+        source_timestamp=source_timestamp,
+        arrival_at=arrival_at,
+        payload=payload,
+        payload_hash=payload_hash(payload, source_timestamp),
+        raw=json.dumps(_plain(raw), sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
+        receiver=receiver,
+        live=live,
+        missing=() if boot_id else ("bootId",),
+        evidence=_plain(raw),
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,205 @@
+"""Opening an OPC UA session the agent can trust: a bounded client, a checked certificate, nodes.
+
+Holds the client factory, the security set-up, node resolution, subscriptions and the mapping
+of asyncua's failures to SourceUnavailable. It must not read values or build snapshots.
+
+The server's certificate is taken from its endpoint list, checked against the trust list and
+then pinned for the secure channel (no trust on first use, :mod:`agent.sources.opcua.trust`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncua
+
+from agent.config.sources import Device, OpcUa
+from agent.core.errors import SourceUnavailable
+from agent.sources.opcua.trust import (
+    describe,
+    first_certificate,
+    load_trust_list,
+    read_certificate,
+    untrusted_reason,
+)
+from agent.sources.readings import channel_fields
+
+ua: Any = asyncua.ua
+Client: Any = asyncua.Client  # type: ignore[attr-defined]
+START_TIME = "i=2257"  # Server_ServerStatus_StartTime
+UA_ERRORS = (ConnectionError, OSError, TimeoutError, asyncio.TimeoutError)
+
+POLICY_CLASSES = {
+    "Basic256Sha256": "SecurityPolicyBasic256Sha256",
+    "Aes128_Sha256_RsaOaep": "SecurityPolicyAes128Sha256RsaOaep",
+    "Aes256_Sha256_RsaPss": "SecurityPolicyAes256Sha256RsaPss",
+}
+TOO_LARGE = ("BadRequestTooLarge", "BadResponseTooLarge")
+# What asyncua's decoder lets through for a malformed or hostile answer (a Variant nested
+# thousands deep is a RecursionError); mapped at this boundary so one server cannot stop the agent.
+UNDECODABLE = (RecursionError, struct.error, UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError)
+
+
+def undecodable(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "values nested deeper than can be decoded"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def ua_error_text(what: str, exc: Exception, max_message_size: int) -> str:
+    name = type(exc).__name__
+    if name in TOO_LARGE:
+        return (
+            f"{what}: the response is larger than max_message_size ({max_message_size} "
+            f"bytes): a node serves a value too large to read ({name})"
+        )
+    return f"{what}: {name} {exc}"
+
+
+@contextlib.contextmanager
+def link_errors(refused: str, failed: str, answer: str, max_message_size: int) -> Iterator[None]:
+    """asyncua's failures as SourceUnavailable: ``refused`` (a UA error or an answer that cannot
+    be decoded, called ``answer``) or ``failed`` (the link)."""
+    try:
+        yield
+    except ua.UaError as exc:
+        raise SourceUnavailable(ua_error_text(refused, exc, max_message_size)) from exc
+    except UA_ERRORS as exc:
+        raise SourceUnavailable(f"{failed}: {exc or type(exc).__name__}") from exc
+    except UNDECODABLE as exc:  # asyncua decodes a response in the awaiting task
+        raise SourceUnavailable(f"{refused}: {answer} cannot be decoded ({undecodable(exc)})") from exc
+
+
+class BoundedClient(Client):  # type: ignore[misc]
+    """asyncua's Client with a receive limit it cannot be talked out of.
+
+    asyncua sends ``max_messagesize``/``max_chunkcount`` in its Hello, but then replaces its own
+    receive limits with whatever the server's Acknowledge says (its server says 100 MB), and its
+    server ignores the client's limits when it answers. So after the Hello the limits of this
+    connection are set back to ours: a larger response is dropped chunk by chunk as it arrives
+    (``BadRequestTooLarge``), never assembled in memory.
+    """
+
+    async def send_hello(self) -> None:
+        await super().send_hello()
+        protocol = self.uaclient.protocol
+        limits = getattr(getattr(protocol, "_connection", None), "_limits", None)
+        if limits is None:  # asyncua changed inside: refuse rather than run without a limit
+            raise SourceUnavailable("cannot set the OPC UA message size limit (asyncua changed)")
+        limits.max_message_size = self.max_messagesize
+        limits.max_chunk_count = self.max_chunkcount
+
+
+def new_client(conn: OpcUa, lost: asyncio.Event) -> Any:
+    """A client for ``conn`` (asyncua's own reconnect off) that sets ``lost`` when the link drops."""
+    client = BoundedClient(conn.endpoint, timeout=conn.timeout, watchdog_intervall=max(conn.timeout, 0.5))
+    client.session_timeout = 600_000
+    client.max_messagesize = conn.max_message_size
+    client.max_chunkcount = conn.max_message_size // 8192 + 1  # asyncua's chunks are 8-64 KiB
+
+    async def on_lost(exc: Exception) -> None:
+        lost.set()
+
+    client.connection_lost_callback = on_lost
+    return client
+
+
+async def secure(client: Any, conn: OpcUa) -> None:
+    """Security as configured: the server's certificate checked and pinned, then the user."""
+    if not conn.security.insecure:
+        await _pin_server(client, conn)
+    if conn.username:
+        client.set_user(conn.username)
+        if conn.password_file:
+            # Read on every connect: a rotated credential is picked up without a restart.
+            client.set_password(Path(conn.password_file).read_text(encoding="utf-8").rstrip("\r\n"))
+
+
+async def _pin_server(client: Any, conn: OpcUa) -> None:
+    """The server's certificate from its endpoint list, checked against the trust list, then
+    pinned for the secure channel and for CreateSession."""
+    from asyncua.crypto import security_policies
+
+    sec = conn.security
+    policy = getattr(security_policies, POLICY_CLASSES[sec.policy])
+    der = await server_certificate(client, policy.URI, sec.mode)
+    trust = load_trust_list(sec.server_certificate, sec.trusted)
+    where = " or ".join(x for x in (sec.server_certificate, sec.trusted) if x) or "the trust list"
+    reason = untrusted_reason(der, trust, datetime.now(UTC), where)
+    if reason is not None:
+        raise SourceUnavailable(reason)
+    assert sec.certificate is not None and sec.private_key is not None  # the loader checks
+    ours = describe(read_certificate(Path(sec.certificate)))
+    client.application_uri = sec.application_uri or ours.uri or client.application_uri
+    await client.set_security(
+        policy,
+        certificate=sec.certificate,
+        private_key=sec.private_key,
+        server_certificate=der,
+        mode=getattr(ua.MessageSecurityMode, sec.mode),
+    )
+
+    async def validate(cert: Any, app: Any) -> None:  # CreateSession: the same certificate
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        if cert.public_bytes(Encoding.DER) != der:
+            raise ua.UaError("the server changed its certificate during the handshake")
+
+    client.certificate_validator = validate
+
+
+async def server_certificate(client: Any, uri: str, mode: str) -> bytes:
+    """The certificate of the server's endpoint for our policy and mode (not yet trusted)."""
+    endpoints = await client.connect_and_get_server_endpoints()
+    for ep in endpoints:
+        if ep.SecurityPolicyUri == uri and ep.SecurityMode == getattr(ua.MessageSecurityMode, mode):
+            return first_certificate(bytes(ep.ServerCertificate or b""))
+    offered = sorted({f"{e.SecurityPolicyUri.rsplit('#', 1)[-1]}/{e.SecurityMode.name}" for e in endpoints})
+    raise SourceUnavailable(
+        f"the server offers no {uri.rsplit('#', 1)[-1]}/{mode} endpoint (it offers {', '.join(offered)})"
+    )
+
+
+def node(client: Any, text: str, idx: int | None) -> Any:
+    """The node of a configured id, in the namespace resolved at connect (``idx``) when not 0."""
+    nid = ua.NodeId.from_string(text)
+    if idx is not None and nid.NamespaceIndex != 0:
+        nid = ua.NodeId(nid.Identifier, idx, nid.NodeIdType)
+    return client.get_node(nid)
+
+
+def resolve_nodes(client: Any, dev: Device, idx: int | None) -> tuple[list[str], list[Any]]:
+    """Node objects in read order, and the key naming each (``boot``, ``Trip.state``, ``ring.Seq`` ...)."""
+    wanted: list[tuple[str, str]] = [("start_time", START_TIME)]
+    if dev.boot_id is not None and dev.boot_id.node:
+        wanted.append(("boot", dev.boot_id.node))
+    for ch in dev.channels:
+        for name, f in channel_fields(ch):
+            if f.node:
+                wanted.append((f"{ch.name}.{name}", f.node))
+    ring = dev.ring
+    if ring is not None:
+        for name, f in (("head", ring.head), ("capacity", ring.capacity), *ring.fields.items()):
+            if f.node:
+                wanted.append((f"ring.{name}", f.node))
+    return [k for k, _ in wanted], [node(client, text, idx) for _, text in wanted]
+
+
+async def subscribe(
+    client: Any, conn: OpcUa, dev: Device, watched: list[Any], handler: Any, idx: int | None
+) -> None:
+    """Data changes of ``watched`` (and, with ``events`` mapped, events) notify ``handler``."""
+    sub = await client.create_subscription(conn.publishing * 1000, handler)
+    await sub.subscribe_data_change(watched, queuesize=100)
+    if dev.events is not None:
+        await sub.subscribe_events(
+            node(client, dev.events.node, idx),
+            node(client, dev.events.type, idx),
+            queuesize=1000,
+        )
