@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agent.cli.context import EX_CONFIG, EX_FAILURE
 from agent.sources.opcua.trust import describe
 
-EX_CONFIG = 78
 DEFAULT_DIR = "/etc/edge-agent/pki"
 CERT_NAME, KEY_NAME = "agent_cert.der", "agent_key.pem"
 
@@ -152,7 +152,7 @@ def certs(
     existing = [p for p in (cert_path, key_path) if p.exists()]
     if existing and not force:
         click.echo(f"edge-agent certs: {existing[0]} exists; --force replaces it", err=True)
-        ctx.exit(1)
+        ctx.exit(EX_FAILURE)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     der, pem = make_certificate(uri, host or socket.gethostname(), days, dt.datetime.now(dt.UTC))
     _write(key_path, pem, 0o600)

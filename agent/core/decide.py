@@ -1,4 +1,4 @@
-"""The batch decision and boot generations as pure functions (no SQLite here).
+"""The batch decision and boot generations as pure functions (no SQLite, no I/O here).
 
 The store does the arbitration in SQL (`INSERT ... ON CONFLICT DO NOTHING`
 under the unique key, inside `BEGIN IMMEDIATE`), then reads back, for every
@@ -28,6 +28,8 @@ from typing import Any
 
 from agent.core.contract import Decision, Delivery, Key, Rejection
 from agent.core.intake import incomplete_reason
+from agent.core.jcs import canonical_json
+from agent.core.records import BootObserved
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,8 @@ def classify(
 
 @dataclass(frozen=True, slots=True)
 class BootSighting:
-    """A boot id seen for a device: in a complete delivery, or read from the controller."""
+    """A boot id seen for a device: in a complete delivery, or read from the controller (the input
+    a poller gives). The store turns the new ones into `agent.core.records.BootObserved`."""
 
     device: str
     boot_id: str
@@ -125,20 +128,6 @@ class BootSighting:
     live: bool
     evidence: dict[str, Any] = field(default_factory=dict)
     index: int | None = None  # position in the batch, to link the arrival
-
-
-@dataclass(frozen=True, slots=True)
-class BootRecord:
-    """A BootObserved record to write."""
-
-    device: str
-    boot_id: str
-    previous_boot_id: str | None
-    first_arrival: str
-    source_ts: str | None
-    live: bool
-    evidence: dict[str, Any]
-    index: int | None
 
 
 def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:
@@ -180,15 +169,15 @@ def new_boots(
     sightings: Sequence[BootSighting],
     known: set[tuple[str, str]],
     last_live: Mapping[str, str | None],
-) -> tuple[list[BootRecord], dict[str, str]]:
+) -> tuple[list[BootObserved], dict[str, str]]:
     """BootObserved records for boots the store has not seen for their device.
 
     `previous_bootId` of a boot first seen live is the device's latest boot
     first seen live before it; of a boot first seen in buffered data it is
     None. Late data under a known boot makes no record. Returns the records
-    and the devices whose latest live boot changed.
+    (`boot_row` 0: not stored yet) and the devices whose latest live boot changed.
     """
-    records: list[BootRecord] = []
+    records: list[BootObserved] = []
     latest = dict(last_live)
     changed: dict[str, str] = {}
     seen = set(known)
@@ -201,7 +190,9 @@ def new_boots(
         if previous is not None:
             evidence.setdefault("previous_bootId", previous)
         records.append(
-            BootRecord(s.device, s.boot_id, previous, s.seen_at, s.source_ts, s.live, evidence, s.index)
+            BootObserved(
+                0, s.device, s.boot_id, previous, s.seen_at, s.source_ts, s.live, canonical_json(evidence)
+            )
         )
         if s.live:
             latest[s.device] = s.boot_id

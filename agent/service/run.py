@@ -41,7 +41,6 @@ from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
 from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
-from agent.store.outbox import Outbox
 from agent.store.prune import run_retention
 from agent.store.retention import RetentionSettings
 from agent.store.store import Store
@@ -211,7 +210,7 @@ class Service:
             log.debug("live state not written: %s", exc)
         if self.collector is not None:
             if time.monotonic() - self._counts_at > 15.0:  # counting the outbox is not free on a big store
-                self._outbox_counts = [asdict(c) for c in await Outbox(store).counts()]
+                self._outbox_counts = [asdict(c) for c in await store.outbox.counts()]
                 self._counts_at = time.monotonic()
             size = sum(p.stat().st_size for p in (Path(store.path), Path(store.path + "-wal")) if p.exists())
             self.collector.snapshot = {

@@ -19,9 +19,7 @@ pytestmark = pytest.mark.skipif(
 
 def local_copy(tmp_path: Path) -> Path:
     """The unit with ExecStart pointing at an executable that exists here (verify checks it)."""
-    text = UNIT.read_text().replace(
-        "/opt/edge-agent/venv/bin/edge-agent", sys.executable + " -m agent"
-    )
+    text = UNIT.read_text().replace("/opt/edge-agent/venv/bin/edge-agent", sys.executable + " -m agent")
     unit = tmp_path / "edge-agent.service"
     unit.write_text(text)
     return unit
