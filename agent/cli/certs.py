@@ -157,17 +157,25 @@ def certs(
     der, pem = make_certificate(uri, host or socket.gethostname(), days, dt.datetime.now(dt.UTC))
     _write(key_path, pem, 0o600)
     _write(cert_path, der, 0o644)  # public: the PLC's administrator needs a copy
+    for line in _result_lines(cert_path, key_path, uri, der):
+        click.echo(line)
+
+
+def _result_lines(cert_path: Path, key_path: Path, uri: str, der: bytes) -> list[str]:
+    """Where the files are, what the certificate says, and the config lines that use it."""
     info = describe(der)
-    click.echo(f"certificate:     {cert_path}   (DER; give a copy to the PLC's administrator)")
-    click.echo(f"private key:     {key_path}   (mode 0600; never leaves this gateway)")
-    click.echo(f"application URI: {uri}")
-    click.echo(f"subject:         {info.subject}")
-    click.echo(f"thumbprint:      {info.thumbprint}   (SHA-1, as OPC UA tools show it)")
-    click.echo(f"SHA-256:         {info.sha256}")
-    click.echo(f"valid:           {info.not_before:%Y-%m-%d} to {info.not_after:%Y-%m-%d}")
-    click.echo("")
-    click.echo("config (each OPC UA connection):")
-    click.echo("  security:")
-    click.echo(f"    certificate: {cert_path}")
-    click.echo(f"    private_key: {key_path}")
-    click.echo(f"    trusted: {folder / 'trusted'}      # the PLC's certificate goes here")
+    return [
+        f"certificate:     {cert_path}   (DER; give a copy to the PLC's administrator)",
+        f"private key:     {key_path}   (mode 0600; never leaves this gateway)",
+        f"application URI: {uri}",
+        f"subject:         {info.subject}",
+        f"thumbprint:      {info.thumbprint}   (SHA-1, as OPC UA tools show it)",
+        f"SHA-256:         {info.sha256}",
+        f"valid:           {info.not_before:%Y-%m-%d} to {info.not_after:%Y-%m-%d}",
+        "",
+        "config (each OPC UA connection):",
+        "  security:",
+        f"    certificate: {cert_path}",
+        f"    private_key: {key_path}",
+        f"    trusted: {cert_path.parent / 'trusted'}      # the PLC's certificate goes here",
+    ]

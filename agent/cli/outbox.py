@@ -87,6 +87,11 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("no upstreams registered")
         return
+    for line in _table(rows):
+        click.echo(line)
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
     headers = ["upstream", "pending", "oldest pending", "delivered", "rejected", "attempts", "last error"]
     table = [
         [
@@ -100,8 +105,7 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
         ]
         for r in rows
     ]
-    for line in render.table(headers, table, 60):
-        click.echo(line)
+    return render.table(headers, table, 60)
 
 
 @outbox_cmd.command("retry")

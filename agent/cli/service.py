@@ -145,36 +145,8 @@ def store_problem(service: dict[str, Any] | None, running: bool, fs_free_bytes: 
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
-    out = []
-    svc = status["service"]
-    if svc is None:
-        out.append("service: has never run against this store")
-    else:
-        word = "running" if status["running"] else f"NOT RUNNING (last state {svc['age_s']} s old)"
-        out.append(f"service: {word}, pid {svc['pid']}, started {svc['started_at']}, config {svc['config']}")
-        if svc.get("store_problem"):
-            out.append(f"  ALARM: {svc['store_problem']}")
-        rec = svc.get("recorder", {})
-        if rec.get("store_problem"):
-            out.append(f"  STORE CANNOT BE WRITTEN: {rec['store_problem']}")
-        out.append("")
-        out.append("devices:")
-        rows = [
-            [
-                c["device"],
-                c["receiver"],
-                c["state"],
-                c["last_poll_at"],
-                c["boot_id"],
-                c["polls"],
-                c["read_errors"],
-                c["last_error"],
-            ]
-            for c in svc["connections"]
-        ]
-        out += render.table(
-            ["device", "connection", "state", "last poll", "bootId", "polls", "errors", "last error"], rows
-        )
+    """`status` for people: the service and its devices, the upstreams, the store."""
+    out = _service_lines(status)
     out.append("")
     out.append("upstreams:")
     ups = status["upstreams"]
@@ -183,10 +155,31 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         out += render.table(keys, [[u.get(k) for k in keys] for u in ups])
     else:
         out.append("  none configured")
-    st = status["store"]
+    return out + _store_lines(status["store"])
+
+
+def _service_lines(status: dict[str, Any]) -> list[str]:
+    svc = status["service"]
+    if svc is None:
+        return ["service: has never run against this store"]
+    word = "running" if status["running"] else f"NOT RUNNING (last state {svc['age_s']} s old)"
+    out = [f"service: {word}, pid {svc['pid']}, started {svc['started_at']}, config {svc['config']}"]
+    if svc.get("store_problem"):
+        out.append(f"  ALARM: {svc['store_problem']}")
+    rec = svc.get("recorder", {})
+    if rec.get("store_problem"):
+        out.append(f"  STORE CANNOT BE WRITTEN: {rec['store_problem']}")
     out.append("")
+    out.append("devices:")
+    fields = ("device", "receiver", "state", "last_poll_at", "boot_id", "polls", "read_errors", "last_error")
+    rows = [[c[f] for f in fields] for c in svc["connections"]]
+    headers = ["device", "connection", "state", "last poll", "bootId", "polls", "errors", "last error"]
+    return out + render.table(headers, rows)
+
+
+def _store_lines(st: dict[str, Any]) -> list[str]:
     size, free = st["store_bytes"] / 1e6, st["fs_free_bytes"] / 1e9
-    out.append(f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB")
+    out = ["", f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB"]
     if st.get("days_that_fit") is not None:
         out.append(f"  history that fits at the current rate: {st['days_that_fit']:.0f} days")
     if st.get("warning"):

@@ -88,32 +88,41 @@ def classify(
             continue
         key = item.key
         if key is None:
-            reason = incomplete_reason(item.missing)
-            outcomes.append(Outcome(Decision.IDENTITY_INCOMPLETE, None, None, reason))
+            outcomes.append(
+                Outcome(Decision.IDENTITY_INCOMPLETE, None, None, incomplete_reason(item.missing))
+            )
             continue
         cid, canonical_hash = canonical[key]
         first_of_new = cid > max_id_before and key not in seen_in_batch
         seen_in_batch.add(key)
         if first_of_new:
-            through = forgotten.get((key.source, key.boot_id)) if forgotten else None
-            maybe_forgotten = through is not None and (
-                item.source_timestamp is None or item.source_timestamp <= through
-            )
-            flags = (KEY_HORIZON_PASSED,) if maybe_forgotten else ()
-            outcomes.append(Outcome(Decision.INSERTED, cid, None, flags=flags))
+            outcomes.append(_inserted(item, key, cid, forgotten))
             continue
         upd = updates.get(cid)
         if upd is None:
             upd = updates[cid] = EventUpdate(cid)
-        upd.later_arrivals += 1
-        upd.add(item.arrival_at)
-        flags = (PAYLOAD_PRUNED,) if cid in pruned else ()
-        if item.payload_hash == canonical_hash:
-            outcomes.append(Outcome(Decision.DUPLICATE, cid, cid, flags=flags))
-        else:
-            upd.conflicts += 1
-            outcomes.append(Outcome(Decision.CONFLICT, cid, cid, flags=flags))
+        outcomes.append(_repeated(item, cid, canonical_hash, upd, cid in pruned))
     return outcomes, list(updates.values())
+
+
+def _inserted(item: Delivery, key: Key, cid: int, forgotten: Mapping[tuple[str, str], str] | None) -> Outcome:
+    """The first delivery of a new key; flagged when it may be a key forgotten at the key horizon."""
+    through = forgotten.get((key.source, key.boot_id)) if forgotten else None
+    maybe_forgotten = through is not None and (
+        item.source_timestamp is None or item.source_timestamp <= through
+    )
+    return Outcome(Decision.INSERTED, cid, None, flags=(KEY_HORIZON_PASSED,) if maybe_forgotten else ())
+
+
+def _repeated(item: Delivery, cid: int, canonical_hash: str, upd: EventUpdate, pruned: bool) -> Outcome:
+    """A later delivery of a known key: a duplicate of its canonical content, or a conflict."""
+    upd.later_arrivals += 1
+    upd.add(item.arrival_at)
+    flags = (PAYLOAD_PRUNED,) if pruned else ()
+    if item.payload_hash == canonical_hash:
+        return Outcome(Decision.DUPLICATE, cid, cid, flags=flags)
+    upd.conflicts += 1
+    return Outcome(Decision.CONFLICT, cid, cid, flags=flags)
 
 
 @dataclass(frozen=True, slots=True)

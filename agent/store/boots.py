@@ -14,6 +14,7 @@ import aiosqlite
 from agent.core import decide
 from agent.core.contract import Anomaly
 from agent.core.jcs import canonical_json
+from agent.core.records import BootObserved
 
 log = logging.getLogger(__name__)
 
@@ -36,31 +37,7 @@ async def record_boots(
     records, changed = decide.new_boots(sightings, known, {r[0]: r[1] for r in last})
     # new_boots makes each record from the first sighting of its (device, bootId)
     index_of = {(s.device, s.boot_id): s.index for s in reversed(sightings)}
-    ids = []
-    for rec in records:
-        index = index_of[(rec.device, rec.boot_id)]
-        cur = await db.execute(
-            "INSERT INTO boots(device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
-            " arrival_id, evidence) VALUES (?,?,?,?,?,?,?,?)",
-            (
-                rec.device,
-                rec.boot_id,
-                rec.previous_boot_id,
-                rec.first_arrival,
-                rec.source_ts,
-                int(rec.live),
-                arrival_ids[index] if index is not None else None,
-                rec.evidence_json,
-            ),
-        )
-        ids.append(int(cur.lastrowid or 0))
-        log.info(
-            "BootObserved device=%s boot_id=%s previous=%s live=%s",
-            rec.device,
-            rec.boot_id,
-            rec.previous_boot_id,
-            rec.live,
-        )
+    ids = [await _insert_boot(db, rec, index_of[(rec.device, rec.boot_id)], arrival_ids) for rec in records]
     if changed:
         await db.executemany(
             "INSERT INTO device_state(device, last_live_boot) VALUES (?,?)"
@@ -68,6 +45,34 @@ async def record_boots(
             list(changed.items()),
         )
     return ids
+
+
+async def _insert_boot(
+    db: aiosqlite.Connection, rec: BootObserved, index: int | None, arrival_ids: list[int]
+) -> int:
+    """Write one BootObserved row, linked to the arrival at `index` of the batch if any."""
+    cur = await db.execute(
+        "INSERT INTO boots(device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
+        " arrival_id, evidence) VALUES (?,?,?,?,?,?,?,?)",
+        (
+            rec.device,
+            rec.boot_id,
+            rec.previous_boot_id,
+            rec.first_arrival,
+            rec.source_ts,
+            int(rec.live),
+            arrival_ids[index] if index is not None else None,
+            rec.evidence_json,
+        ),
+    )
+    log.info(
+        "BootObserved device=%s boot_id=%s previous=%s live=%s",
+        rec.device,
+        rec.boot_id,
+        rec.previous_boot_id,
+        rec.live,
+    )
+    return int(cur.lastrowid or 0)
 
 
 async def _known_boots(db: aiosqlite.Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:

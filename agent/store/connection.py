@@ -6,9 +6,11 @@ Nothing here decides anything about events; nothing outside `agent.store` uses t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -102,7 +104,7 @@ async def open_writer(
     except sqlite3.Error as exc:
         raise map_sqlite_error(exc, path) from exc
     try:
-        await _configure(db, path, synchronous.upper(), max_bytes)
+        await _configure(db, path, synchronous.upper(), max_bytes, busy_timeout_s)
         if check:
             await _quick_check(db, path)
         await _migrate(db, path, migrations)
@@ -140,12 +142,14 @@ async def open_reader(path: str | Path, busy_timeout_s: float = 30.0) -> aiosqli
     return db
 
 
-async def _configure(db: aiosqlite.Connection, path: str, synchronous: str, max_bytes: int | None) -> None:
+async def _configure(
+    db: aiosqlite.Connection, path: str, synchronous: str, max_bytes: int | None, busy_timeout_s: float
+) -> None:
     try:
         if await scalar(db, "PRAGMA page_count") == 0:
             # Must precede the first table: lets retention give pages back without a full VACUUM.
             await db.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        mode = await scalar(db, "PRAGMA journal_mode=WAL")
+        mode = await _switch_to_wal(db, busy_timeout_s)
         if str(mode).lower() != "wal":
             raise StoreError(f"Store {path}: cannot switch to WAL mode (got {mode})")
         await db.execute(f"PRAGMA synchronous={synchronous}")
@@ -155,6 +159,19 @@ async def _configure(db: aiosqlite.Connection, path: str, synchronous: str, max_
             await db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
     except sqlite3.Error as exc:
         raise map_sqlite_error(exc, path) from exc
+
+
+async def _switch_to_wal(db: aiosqlite.Connection, busy_timeout_s: float) -> Any:
+    """`PRAGMA journal_mode=WAL`, retried while another process switches the same fresh file
+    (SQLite reports that as `database is locked` at once, without waiting for the busy timeout)."""
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            return await scalar(db, "PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(0.01)
 
 
 async def _quick_check(db: aiosqlite.Connection, path: str) -> None:
