@@ -42,7 +42,8 @@ COMMANDS = (
     "--db",
     metavar="PATH",
     envvar="EDGE_AGENT_DB",
-    help="SQLite store to use (created if missing). Wins over the store path in the config.",
+    help="SQLite store to use (import and run create it if missing; the others need it). "
+    "Wins over the store path in the config.",
 )
 @click.option(
     "-c",
