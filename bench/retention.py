@@ -94,12 +94,7 @@ async def run(path: str, n: int, pruning: bool) -> dict[str, float]:
             items = batch_of(start, min(BATCH, n - start), n)  # generated outside the measured time
             t0 = time.perf_counter()
             await store.record(items)
-            async with store._lock, store._transaction():
-                await store.db.execute(
-                    "UPDATE outbox SET state = 'delivered', sent_at = ? WHERE upstream = 'upstream'"
-                    " AND state = 'pending'",
-                    (items[-1].arrival_at,),
-                )
+            await store.outbox.deliver_all_pending("upstream", items[-1].arrival_at)
             busy += time.perf_counter() - t0
             now = datetime.fromisoformat(items[-1].arrival_at.replace("Z", "+00:00"))
         done.set()

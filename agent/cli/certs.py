@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agent.cli.context import EX_CONFIG, EX_FAILURE
 from agent.sources.opcua.trust import describe
 
-EX_CONFIG = 78
 DEFAULT_DIR = "/etc/edge-agent/pki"
 CERT_NAME, KEY_NAME = "agent_cert.der", "agent_key.pem"
 
@@ -152,22 +152,30 @@ def certs(
     existing = [p for p in (cert_path, key_path) if p.exists()]
     if existing and not force:
         click.echo(f"edge-agent certs: {existing[0]} exists; --force replaces it", err=True)
-        ctx.exit(1)
+        ctx.exit(EX_FAILURE)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     der, pem = make_certificate(uri, host or socket.gethostname(), days, dt.datetime.now(dt.UTC))
     _write(key_path, pem, 0o600)
     _write(cert_path, der, 0o644)  # public: the PLC's administrator needs a copy
+    for line in _result_lines(cert_path, key_path, uri, der):
+        click.echo(line)
+
+
+def _result_lines(cert_path: Path, key_path: Path, uri: str, der: bytes) -> list[str]:
+    """Where the files are, what the certificate says, and the config lines that use it."""
     info = describe(der)
-    click.echo(f"certificate:     {cert_path}   (DER; give a copy to the PLC's administrator)")
-    click.echo(f"private key:     {key_path}   (mode 0600; never leaves this gateway)")
-    click.echo(f"application URI: {uri}")
-    click.echo(f"subject:         {info.subject}")
-    click.echo(f"thumbprint:      {info.thumbprint}   (SHA-1, as OPC UA tools show it)")
-    click.echo(f"SHA-256:         {info.sha256}")
-    click.echo(f"valid:           {info.not_before:%Y-%m-%d} to {info.not_after:%Y-%m-%d}")
-    click.echo("")
-    click.echo("config (each OPC UA connection):")
-    click.echo("  security:")
-    click.echo(f"    certificate: {cert_path}")
-    click.echo(f"    private_key: {key_path}")
-    click.echo(f"    trusted: {folder / 'trusted'}      # the PLC's certificate goes here")
+    return [
+        f"certificate:     {cert_path}   (DER; give a copy to the PLC's administrator)",
+        f"private key:     {key_path}   (mode 0600; never leaves this gateway)",
+        f"application URI: {uri}",
+        f"subject:         {info.subject}",
+        f"thumbprint:      {info.thumbprint}   (SHA-1, as OPC UA tools show it)",
+        f"SHA-256:         {info.sha256}",
+        f"valid:           {info.not_before:%Y-%m-%d} to {info.not_after:%Y-%m-%d}",
+        "",
+        "config (each OPC UA connection):",
+        "  security:",
+        f"    certificate: {cert_path}",
+        f"    private_key: {key_path}",
+        f"    trusted: {cert_path.parent / 'trusted'}      # the PLC's certificate goes here",
+    ]

@@ -11,13 +11,11 @@ import sys
 
 import click
 
+from agent.cli.context import EX_CONFIG, EX_UNAVAILABLE
 from agent.config import loader as config
 from agent.config.store import DEFAULT_CONFIG
 from agent.core.errors import ConfigError, SourceUnavailable
 from agent.core.snapshot import Snapshot
-
-EX_UNAVAILABLE = 69
-EX_CONFIG = 78
 
 
 @click.command("check")

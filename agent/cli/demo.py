@@ -1,139 +1,75 @@
-"""`edge-agent demo`: the whole mission on one machine, no outside services, in under a minute.
+"""`edge-agent demo` and `edge-agent simulate`: the commands that reach the PLC simulators.
 
-Simulated controllers from `devices/` (Modbus TCP and OPC UA; PUMP-07 over both paths, one
-PLC without a boot id), the real service with a temporary store, and the embedded recording
-HTTP upstream. During the run a controller restarts, the upstream goes away and comes back,
-and a link cut makes the agent replay a controller's ring buffer. At the end the report.
+The simulators (`devices/`) and the demo scenario are imported only when one of these runs,
+so the rest of the command line starts without them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import tempfile
+import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import yaml
+import click
 
-from agent.config.loader import load
-from agent.service.run import Service
-from agent.store import report
-from agent.store.outbox import Outbox
-from agent.store.store import Store
-from devices.controller import ChannelSpec, Controller
-from devices.plant import Plant
-from devices.upstream import Receiver
-
-Say = Callable[[str], None]
+from agent.cli.context import run_async
+from agent.cli.records import print_tables
+from agent.store.reader import Reader
 
 
-def _controllers() -> list[Controller]:
-    return [
-        Controller(
-            "PUMP-07", [ChannelSpec("Trip"), ChannelSpec("OverTemp", {0: "Normal", 1: "OverTemp"})], seed=7
-        ),
-        Controller("VALVE-01", [ChannelSpec("Open", {0: "Closed", 1: "Open"})], seed=1, boot_id_start=3),
-        Controller(
-            "LEGACY-09", [ChannelSpec("Alarm", {0: "Normal", 1: "Alarm"})], boot_id_mode="none", seed=9
-        ),
-    ]
+@click.command(
+    "simulate",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def simulate_cmd(args: tuple[str, ...]) -> None:
+    """Run simulated PLCs (Modbus TCP + OPC UA) to try a config against; `simulate --help` for options.
+
+    The same as `python -m devices ...`: prints the endpoints, the register
+    map and the agent config snippet for the simulated controllers, and runs
+    until Ctrl-C or SIGTERM.
+    """
+    import devices  # the simulators are an independent peer; only the CLI reaches them
+
+    sys.exit(devices.cli_main(list(args)))
 
 
-def _config(plant: Plant, upstream_url: str, db: Path) -> dict[str, Any]:
-    devices = plant.device_configs()
-    for dev in devices:
-        dev["poll"] = "200ms"
-        if dev["name"] != "PUMP-07":  # PUMP-07 is read over both paths; the others over Modbus only
-            dev["connections"] = [c for c in dev["connections"] if "modbus" in c]
-    return {
-        "site": "demo-plant",
-        "gateway": "gw-demo",
-        "store": {"path": str(db)},
-        "upstreams": [{"name": "historian", "http": {"url": upstream_url, "batch_size": 50}}],
-        "devices": devices,
-    }
+@click.command("demo")
+@click.option(
+    "--keep", metavar="DIR", help="Put the store and config here (default: a new temporary directory)."
+)
+def demo_cmd(keep: str | None) -> None:
+    """Show the whole mission in under a minute, with no outside services.
 
-
-async def _script(plant: Plant, rx: Receiver, say: Say) -> None:
-    async def flips(device: str, channel: str, n: int, pause: float = 0.4) -> None:
-        for _ in range(n):
-            await plant.transition(device, channel)
-            await asyncio.sleep(pause)
-
-    say("controllers change state (PUMP-07 over Modbus and OPC UA, VALVE-01, LEGACY-09 without a boot id)")
-    await asyncio.gather(
-        flips("PUMP-07", "Trip", 4), flips("VALVE-01", "Open", 3), flips("LEGACY-09", "Alarm", 2)
+    Starts simulated PLCs (Modbus TCP and OPC UA, one PLC over both, one
+    without a boot id), the agent with a temporary store and an embedded HTTP
+    upstream. During the run a controller restarts, the upstream goes away and
+    comes back, and a link cut makes the agent replay a ring buffer. Then it
+    prints the report and where the store is, so you can run `report`,
+    `boots`, `pending` and `outbox` on it yourself.
+    """
+    from agent.cli import (
+        demo_scenario,  # the simulators are an independent peer; only these commands reach them
     )
-    say("PUMP-07 restarts: new boot id, its counters start again from 1")
-    await plant.restart("PUMP-07")
-    await flips("PUMP-07", "Trip", 2)
-    say("the upstream goes away for 5 s; events keep being recorded and wait in the outbox")
-    await rx.go_away(5.0)
-    await asyncio.gather(flips("PUMP-07", "OverTemp", 3), flips("VALVE-01", "Open", 2))
-    await asyncio.sleep(3.5)
-    say("the link to VALVE-01 is cut; meanwhile it changes 3 times (kept in its ring buffer)")
-    await plant.modbus["VALVE-01"].cut_link()
-    await asyncio.sleep(0.5)  # let a read that was in flight at the cut finish first
-    await flips("VALVE-01", "Open", 3, pause=0.3)
-    await asyncio.sleep(1.0)
-    say("the link comes back: the agent reads the ring and records every entry with the boot id it carries")
-    await plant.modbus["VALVE-01"].restore_link()
-    await asyncio.sleep(3.0)
 
+    t0 = time.monotonic()
 
-async def run_demo(say: Say, keep_dir: str | None = None) -> dict[str, Any]:
-    """Run the demo; returns the store path, the report summary and the upstream's counts."""
-    started = time.monotonic()
-    workdir = Path(keep_dir or tempfile.mkdtemp(prefix="edge-agent-demo-"))
-    db = workdir / "events.db"
-    for noisy in ("asyncua", "pymodbus", "aiohttp", "agent", "devices"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    say("starting simulated PLCs (OPC UA takes ~2 s) and the embedded upstream")
-    async with Plant(_controllers(), poll="200ms") as plant, Receiver() as rx:
-        cfg_path = workdir / "config.yaml"
-        cfg_path.write_text(yaml.safe_dump(_config(plant, rx.url + "/ingest", db), sort_keys=False))
-        cfg = load(cfg_path)
-        service = Service(cfg)
-        stop = asyncio.Event()
-        task = asyncio.create_task(service.run(stop), name="service")
-        await service.ready.wait()
-        say(f"agent running: store {db}, config {cfg_path}")
-        await _script(plant, rx, say)
-        say("waiting for the outbox to drain")
-        await _drained(db, timeout=20.0)
-        stop.set()
-        await task
-        upstream = rx.stats()
-    return {
-        "store": str(db),
-        "config": str(cfg_path),
-        "upstream": upstream,
-        "seconds": round(time.monotonic() - started, 1),
-    }
+    def say(text: str) -> None:
+        click.echo(f"[{time.monotonic() - t0:5.1f}s] {text}")
 
+    async def go() -> dict[str, Any]:
+        result = await demo_scenario.run_demo(say, keep)
+        async with await Reader.open(result["store"]) as reader:
+            click.echo("")
+            await print_tables(reader, "generation", 40)
+        return result
 
-async def _drained(db: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    store = await Store.open(db, check=False)
-    try:
-        while time.monotonic() < deadline:
-            counts = await Outbox(store).counts()
-            if all(c.pending == 0 for c in counts):
-                return
-            await asyncio.sleep(0.3)
-    finally:
-        await store.close()
-
-
-async def summary_of(db: str) -> tuple[dict[str, int], list[dict[str, Any]], list[dict[str, Any]]]:
-    store = await Store.open(db)
-    try:
-        summary = await report.summary(store.db)
-        boots = [b async for b in report.boots(store.db)]
-        pending = [p async for p in report.pending(store.db)]
-    finally:
-        await store.close()
-    return summary, boots, pending
+    result = run_async(go)
+    up = result["upstream"]
+    click.echo("")
+    click.echo(
+        f"upstream (embedded HTTP receiver): {up['events']} events received in {up['requests']} requests,"
+        f" {up['distinct']} distinct ids, {up['redeliveries']} redeliveries (at least once, stable ids)"
+    )
+    click.echo(f"demo finished in {result['seconds']} s. The store: {result['store']}")
+    click.echo(f"  try: edge-agent --db {result['store']} report --sort state")

@@ -3,40 +3,26 @@
 These commands only read and requeue outbox rows in the store; the running
 service's forwarder does the sending (it picks requeued rows up within its
 poll interval). Ids never change: a resent event carries the same (source,
-id) with the next `attempt` number and `replayed: true`.
+id) with the next `attempt` number and `replayed: true`. The listing opens only the store's
+reader; `retry` and `replay` need an existing store (exit 66 otherwise). No SQL here.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from agent.cli import render
+from agent.cli.context import Context, run_async
 from agent.core.contract import ContractError, format_timestamp, parse_timestamp
-from agent.store import report
-from agent.store.outbox import Outbox, UpstreamCounts
-from agent.store.store import Store
-
-T = TypeVar("T")
+from agent.store.outbox import UpstreamCounts
 
 _RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _run(fn: Callable[[], Awaitable[T]]) -> T:
-    from agent.cli.common import run_async
-
-    return run_async(fn)
-
-
-async def _open(obj: Any) -> Store:
-    store: Store = await obj.open_store()
-    return store
 
 
 def parse_when(text: str, now: datetime) -> str:
@@ -83,14 +69,13 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
         return
     now = datetime.now(UTC)
 
-    async def go() -> tuple[list[dict[str, Any]], dict[str, int]]:
-        store = await _open(ctx.obj)
-        try:
-            return [_row(c, now) for c in await Outbox(store).counts()], await report.summary(store.db)
-        finally:
-            await store.close()
+    obj: Context = ctx.obj
 
-    rows, summary = _run(go)
+    async def go() -> tuple[list[dict[str, Any]], dict[str, int]]:
+        async with await obj.open_reader() as reader:
+            return [_row(c, now) for c in await reader.outbox_counts()], await reader.summary()
+
+    rows, summary = run_async(go)
     if as_json:
         for r in rows:
             click.echo(json.dumps(r, ensure_ascii=False))
@@ -102,6 +87,11 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("no upstreams registered")
         return
+    for line in _table(rows):
+        click.echo(line)
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
     headers = ["upstream", "pending", "oldest pending", "delivered", "rejected", "attempts", "last error"]
     table = [
         [
@@ -115,8 +105,7 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
         ]
         for r in rows
     ]
-    for line in render.table(headers, table, 60):
-        click.echo(line)
+    return render.table(headers, table, 60)
 
 
 @outbox_cmd.command("retry")
@@ -125,17 +114,14 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
     "--id", "ids", type=int, multiple=True, metavar="OUTBOX_ID", help="Only these rows (repeatable)."
 )
 @click.pass_obj
-def retry_cmd(obj: Any, upstream: str | None, ids: tuple[int, ...]) -> None:
+def retry_cmd(obj: Context, upstream: str | None, ids: tuple[int, ...]) -> None:
     """Queue dead letters (rejected rows) again, once what made the upstream refuse them is fixed."""
 
     async def go() -> int:
-        store = await _open(obj)
-        try:
-            return await Outbox(store).retry_rejected(upstream, ids)
-        finally:
-            await store.close()
+        async with await obj.open_existing_store() as store:
+            return await store.outbox.retry_rejected(upstream, ids)
 
-    n = _run(go)
+    n = run_async(go)
     click.echo(f"requeued {n} dead letter{'s' if n != 1 else ''}; the running forwarder sends them again")
 
 
@@ -144,7 +130,7 @@ def retry_cmd(obj: Any, upstream: str | None, ids: tuple[int, ...]) -> None:
 @click.option("--until", metavar="WHEN", help="End of the range (exclusive); default: now.")
 @click.option("--upstream", required=True, metavar="NAME", help="The upstream to send the range to again.")
 @click.pass_obj
-def replay_cmd(obj: Any, since: str, until: str | None, upstream: str) -> None:
+def replay_cmd(obj: Context, since: str, until: str | None, upstream: str) -> None:
     """Send records queued for an upstream in a time range again, on an operator's request.
 
     Delivered rows whose records were queued in [--since, --until) become
@@ -156,16 +142,13 @@ def replay_cmd(obj: Any, since: str, until: str | None, upstream: str) -> None:
     end = parse_when(until, now) if until is not None else None
 
     async def go() -> int:
-        store = await _open(obj)
-        try:
-            known = {c.upstream for c in await Outbox(store).counts()}
+        async with await obj.open_existing_store() as store:
+            known = {c.upstream for c in await store.outbox.counts()}
             if upstream not in known:
                 raise click.BadParameter(
                     f"no upstream {upstream!r}; known: {', '.join(sorted(known)) or 'none'}"
                 )
-            return await Outbox(store).replay(upstream, start, end)
-        finally:
-            await store.close()
+            return await store.outbox.replay(upstream, start, end)
 
-    n = _run(go)
+    n = run_async(go)
     click.echo(f"queued {n} record{'s' if n != 1 else ''} for {upstream} again (since {start})")

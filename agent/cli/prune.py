@@ -1,9 +1,8 @@
 """`edge-agent prune [--dry-run]`: retention now, or what it would do and why.
 
 Horizons come from the config's `store.retention` section (when the config
-file exists), then from the options; the defaults are in
-`agent.config.retention`. Registered on the `cli` group at the bottom of
-agent/cli/main.py.
+file exists), then from the options; the defaults are in `agent.config.retention`.
+`--dry-run` opens only the store's reader; both need an existing store (exit 66). No SQL here.
 """
 
 from __future__ import annotations
@@ -15,14 +14,13 @@ from typing import Any
 
 import click
 
-from agent.cli.common import Context, run_async
+from agent.cli.context import Context, run_async
 from agent.config.retention import RetentionSettings, check_order, horizon
-from agent.config.store import store_retention, store_settings
+from agent.config.store import store_retention
 from agent.core.contract import ContractError, format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError
 from agent.store import budget
-from agent.store.prune import prune
-from agent.store.prune_plan import plan
+from agent.store.prune import PruneTotals, prune
 
 
 def retention_of(obj: Context, overrides: dict[str, str | None]) -> RetentionSettings:
@@ -91,38 +89,35 @@ def prune_cmd(
         raise click.UsageError(str(exc)) from exc
 
     async def go() -> dict[str, Any]:
-        store = await obj.open_store()
-        try:
-            out: dict[str, Any] = {"now": format_timestamp(now), "dry_run": dry_run}
-            if dry_run:
-                out["stages"] = {k: v.as_dict() for k, v in (await plan(store, settings, now)).items()}
-            else:
-                t = await prune(store, settings, now)
-                out["pruned"] = {
-                    "arrivals": t.arrivals,
-                    "payloads": t.payloads,
-                    "outbox_rows": t.outbox_rows,
-                    "keys_forgotten": t.keys_forgotten,
-                    "pages_freed": t.pages_freed,
-                    "batches": t.batches,
-                    "longest_batch_ms": round(t.longest_batch_s * 1000, 1),
-                }
-            _, _, max_bytes = store_settings(
-                db=obj.db, config_path=obj.config, synchronous=None, max_size=None
-            )
-            b = budget.assess(
-                await budget.measure(store, now, max_bytes), settings.high_water, settings.payloads.days
-            )
-            out["size"] = dataclasses.asdict(b)
-            return out
-        finally:
-            await store.close()
+        out: dict[str, Any] = {"now": format_timestamp(now), "dry_run": dry_run}
+        if dry_run:
+            async with await obj.open_reader() as reader:
+                out["stages"] = {k: v.as_dict() for k, v in (await reader.prune_plan(settings, now)).items()}
+                facts = await reader.measure(now, obj.max_bytes())
+        else:
+            async with await obj.open_existing_store() as store:
+                out["pruned"] = _totals(await prune(store, settings, now))
+                facts = await budget.measure(store, now, obj.max_bytes())
+        out["size"] = dataclasses.asdict(budget.assess(facts, settings.high_water, settings.payloads.days))
+        return out
 
     out = run_async(go)
     if as_json:
         click.echo(json.dumps(out))
         return
     _print(out)
+
+
+def _totals(t: PruneTotals) -> dict[str, Any]:
+    return {
+        "arrivals": t.arrivals,
+        "payloads": t.payloads,
+        "outbox_rows": t.outbox_rows,
+        "keys_forgotten": t.keys_forgotten,
+        "pages_freed": t.pages_freed,
+        "batches": t.batches,
+        "longest_batch_ms": round(t.longest_batch_s * 1000, 1),
+    }
 
 
 def _print(out: dict[str, Any]) -> None:

@@ -1,4 +1,8 @@
-"""`edge-agent run` (the service) and `edge-agent status` (what the running service reports)."""
+"""`edge-agent run` (the service) and `edge-agent status` (what the running service reports).
+
+`status` opens only the store's reader (it never creates, migrates or locks a store; exit 66
+when there is none); `run` hands the store to `agent.service.run`. No SQL here.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +17,15 @@ from typing import Any
 import click
 
 from agent.cli import render
+from agent.cli.context import EX_CONFIG, EX_IOERR, Context, run_async
 from agent.config.loader import load
 from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError, StoreError
 from agent.service import logs
 from agent.store import budget
-from agent.store.outbox import Outbox
+from agent.store.reader import Reader
 
-EX_IOERR = 74
-EX_CONFIG = 78
 STALE_AFTER_S = 30.0
 # Below this much free space on the store's filesystem, SQLite cannot commit (new pages, WAL
 # frames): the service cannot even write its live state then, so `status` says it from here.
@@ -59,7 +62,7 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
         click.echo(f"edge-agent: configuration error:\n{exc}", err=True)
         sys.exit(EX_CONFIG)
     try:
-        code = asyncio.run(serve(cfg, db=ctx.obj.db))
+        code = asyncio.run(serve(cfg, db=ctx.obj.db_path))
     except StoreError as exc:
         click.echo(f"edge-agent: {exc}", err=True)
         sys.exit(EX_IOERR)
@@ -78,17 +81,13 @@ def status_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> No
     size, free space, days of history that fit. The service writes this every
     few seconds; a state older than 30 s means the service is not running.
     """
+    obj: Context = ctx.obj
     if config_path:
-        ctx.obj.config = config_path
+        obj.config = config_path
 
     async def go() -> dict[str, Any]:
-        store = await ctx.obj.open_store()
-        try:
-            return await collect_status(store, ctx.obj.config)
-        finally:
-            await store.close()
-
-    from agent.cli.common import run_async
+        async with await obj.open_reader() as reader:
+            return await collect_status(reader, obj.config)
 
     status = run_async(go)
     if as_json:
@@ -98,9 +97,10 @@ def status_cmd(ctx: click.Context, config_path: str | None, as_json: bool) -> No
         click.echo(line)
 
 
-async def collect_status(store: Any, config_path: str) -> dict[str, Any]:
+async def collect_status(reader: Reader, config_path: str) -> dict[str, Any]:
+    """What `status --json` prints: the service's live state, upstreams, the store's budget."""
     now = datetime.now(UTC)
-    live_row = await store.read_live_state("service")
+    live_row = await reader.live_state("service")
     service: dict[str, Any] | None = None
     running = False
     if live_row is not None:
@@ -114,12 +114,12 @@ async def collect_status(store: Any, config_path: str) -> dict[str, Any]:
         retention = load(config_path, check_files=False).store.retention
     high_water = retention.high_water if isinstance(retention, RetentionSettings) else 0.8
     keep = retention.payloads.days if isinstance(retention, RetentionSettings) else None
-    b = budget.assess(await budget.measure(store, now, None), high_water, keep)
-    upstreams = [asdict(c) for c in await Outbox(store).counts()]
+    b = budget.assess(await reader.measure(now, None), high_water, keep)
+    upstreams = [asdict(c) for c in await reader.outbox_counts()]
     return {
         "now": format_timestamp(now),
         "store": {
-            "path": store.path,
+            "path": reader.path,
             **asdict(b),
             "problem": store_problem(service, running, b.fs_free_bytes),
         },
@@ -145,36 +145,8 @@ def store_problem(service: dict[str, Any] | None, running: bool, fs_free_bytes: 
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
-    out = []
-    svc = status["service"]
-    if svc is None:
-        out.append("service: has never run against this store")
-    else:
-        word = "running" if status["running"] else f"NOT RUNNING (last state {svc['age_s']} s old)"
-        out.append(f"service: {word}, pid {svc['pid']}, started {svc['started_at']}, config {svc['config']}")
-        if svc.get("store_problem"):
-            out.append(f"  ALARM: {svc['store_problem']}")
-        rec = svc.get("recorder", {})
-        if rec.get("store_problem"):
-            out.append(f"  STORE CANNOT BE WRITTEN: {rec['store_problem']}")
-        out.append("")
-        out.append("devices:")
-        rows = [
-            [
-                c["device"],
-                c["receiver"],
-                c["state"],
-                c["last_poll_at"],
-                c["boot_id"],
-                c["polls"],
-                c["read_errors"],
-                c["last_error"],
-            ]
-            for c in svc["connections"]
-        ]
-        out += render.table(
-            ["device", "connection", "state", "last poll", "bootId", "polls", "errors", "last error"], rows
-        )
+    """`status` for people: the service and its devices, the upstreams, the store."""
+    out = _service_lines(status)
     out.append("")
     out.append("upstreams:")
     ups = status["upstreams"]
@@ -183,10 +155,31 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         out += render.table(keys, [[u.get(k) for k in keys] for u in ups])
     else:
         out.append("  none configured")
-    st = status["store"]
+    return out + _store_lines(status["store"])
+
+
+def _service_lines(status: dict[str, Any]) -> list[str]:
+    svc = status["service"]
+    if svc is None:
+        return ["service: has never run against this store"]
+    word = "running" if status["running"] else f"NOT RUNNING (last state {svc['age_s']} s old)"
+    out = [f"service: {word}, pid {svc['pid']}, started {svc['started_at']}, config {svc['config']}"]
+    if svc.get("store_problem"):
+        out.append(f"  ALARM: {svc['store_problem']}")
+    rec = svc.get("recorder", {})
+    if rec.get("store_problem"):
+        out.append(f"  STORE CANNOT BE WRITTEN: {rec['store_problem']}")
     out.append("")
+    out.append("devices:")
+    fields = ("device", "receiver", "state", "last_poll_at", "boot_id", "polls", "read_errors", "last_error")
+    rows = [[c[f] for f in fields] for c in svc["connections"]]
+    headers = ["device", "connection", "state", "last poll", "bootId", "polls", "errors", "last error"]
+    return out + render.table(headers, rows)
+
+
+def _store_lines(st: dict[str, Any]) -> list[str]:
     size, free = st["store_bytes"] / 1e6, st["fs_free_bytes"] / 1e9
-    out.append(f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB")
+    out = ["", f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB"]
     if st.get("days_that_fit") is not None:
         out.append(f"  history that fits at the current rate: {st['days_that_fit']:.0f} days")
     if st.get("warning"):

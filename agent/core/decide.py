@@ -1,4 +1,4 @@
-"""The batch decision and boot generations as pure functions (no SQLite here).
+"""The batch decision and boot generations as pure functions (no SQLite, no I/O here).
 
 The store does the arbitration in SQL (`INSERT ... ON CONFLICT DO NOTHING`
 under the unique key, inside `BEGIN IMMEDIATE`), then reads back, for every
@@ -28,6 +28,8 @@ from typing import Any
 
 from agent.core.contract import Decision, Delivery, Key, Rejection
 from agent.core.intake import incomplete_reason
+from agent.core.jcs import canonical_json
+from agent.core.records import BootObserved
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,37 +88,47 @@ def classify(
             continue
         key = item.key
         if key is None:
-            reason = incomplete_reason(item.missing)
-            outcomes.append(Outcome(Decision.IDENTITY_INCOMPLETE, None, None, reason))
+            outcomes.append(
+                Outcome(Decision.IDENTITY_INCOMPLETE, None, None, incomplete_reason(item.missing))
+            )
             continue
         cid, canonical_hash = canonical[key]
         first_of_new = cid > max_id_before and key not in seen_in_batch
         seen_in_batch.add(key)
         if first_of_new:
-            through = forgotten.get((key.source, key.boot_id)) if forgotten else None
-            maybe_forgotten = through is not None and (
-                item.source_timestamp is None or item.source_timestamp <= through
-            )
-            flags = (KEY_HORIZON_PASSED,) if maybe_forgotten else ()
-            outcomes.append(Outcome(Decision.INSERTED, cid, None, flags=flags))
+            outcomes.append(_inserted(item, key, cid, forgotten))
             continue
         upd = updates.get(cid)
         if upd is None:
             upd = updates[cid] = EventUpdate(cid)
-        upd.later_arrivals += 1
-        upd.add(item.arrival_at)
-        flags = (PAYLOAD_PRUNED,) if cid in pruned else ()
-        if item.payload_hash == canonical_hash:
-            outcomes.append(Outcome(Decision.DUPLICATE, cid, cid, flags=flags))
-        else:
-            upd.conflicts += 1
-            outcomes.append(Outcome(Decision.CONFLICT, cid, cid, flags=flags))
+        outcomes.append(_repeated(item, cid, canonical_hash, upd, cid in pruned))
     return outcomes, list(updates.values())
+
+
+def _inserted(item: Delivery, key: Key, cid: int, forgotten: Mapping[tuple[str, str], str] | None) -> Outcome:
+    """The first delivery of a new key; flagged when it may be a key forgotten at the key horizon."""
+    through = forgotten.get((key.source, key.boot_id)) if forgotten else None
+    maybe_forgotten = through is not None and (
+        item.source_timestamp is None or item.source_timestamp <= through
+    )
+    return Outcome(Decision.INSERTED, cid, None, flags=(KEY_HORIZON_PASSED,) if maybe_forgotten else ())
+
+
+def _repeated(item: Delivery, cid: int, canonical_hash: str, upd: EventUpdate, pruned: bool) -> Outcome:
+    """A later delivery of a known key: a duplicate of its canonical content, or a conflict."""
+    upd.later_arrivals += 1
+    upd.add(item.arrival_at)
+    flags = (PAYLOAD_PRUNED,) if pruned else ()
+    if item.payload_hash == canonical_hash:
+        return Outcome(Decision.DUPLICATE, cid, cid, flags=flags)
+    upd.conflicts += 1
+    return Outcome(Decision.CONFLICT, cid, cid, flags=flags)
 
 
 @dataclass(frozen=True, slots=True)
 class BootSighting:
-    """A boot id seen for a device: in a complete delivery, or read from the controller."""
+    """A boot id seen for a device: in a complete delivery, or read from the controller (the input
+    a poller gives). The store turns the new ones into `agent.core.records.BootObserved`."""
 
     device: str
     boot_id: str
@@ -125,20 +137,6 @@ class BootSighting:
     live: bool
     evidence: dict[str, Any] = field(default_factory=dict)
     index: int | None = None  # position in the batch, to link the arrival
-
-
-@dataclass(frozen=True, slots=True)
-class BootRecord:
-    """A BootObserved record to write."""
-
-    device: str
-    boot_id: str
-    previous_boot_id: str | None
-    first_arrival: str
-    source_ts: str | None
-    live: bool
-    evidence: dict[str, Any]
-    index: int | None
 
 
 def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:
@@ -180,15 +178,15 @@ def new_boots(
     sightings: Sequence[BootSighting],
     known: set[tuple[str, str]],
     last_live: Mapping[str, str | None],
-) -> tuple[list[BootRecord], dict[str, str]]:
+) -> tuple[list[BootObserved], dict[str, str]]:
     """BootObserved records for boots the store has not seen for their device.
 
     `previous_bootId` of a boot first seen live is the device's latest boot
     first seen live before it; of a boot first seen in buffered data it is
     None. Late data under a known boot makes no record. Returns the records
-    and the devices whose latest live boot changed.
+    (`boot_row` 0: not stored yet) and the devices whose latest live boot changed.
     """
-    records: list[BootRecord] = []
+    records: list[BootObserved] = []
     latest = dict(last_live)
     changed: dict[str, str] = {}
     seen = set(known)
@@ -201,7 +199,9 @@ def new_boots(
         if previous is not None:
             evidence.setdefault("previous_bootId", previous)
         records.append(
-            BootRecord(s.device, s.boot_id, previous, s.seen_at, s.source_ts, s.live, evidence, s.index)
+            BootObserved(
+                0, s.device, s.boot_id, previous, s.seen_at, s.source_ts, s.live, canonical_json(evidence)
+            )
         )
         if s.live:
             latest[s.device] = s.boot_id

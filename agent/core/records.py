@@ -1,7 +1,8 @@
-"""What the outbox hands to the forwarder: one pending row and the record it refers to (pure data).
+"""The record types the store keeps and hands the sinks, and one claimed outbox row (pure data).
 
-The store builds these from SQLite (`agent.store.outbox`); `agent.sinks.encode`
-turns them into CloudEvents. Sinks never see SQLite, only these values.
+`agent.core.decide` makes new BootObserved records; the store builds all of them from SQLite
+(`agent.store.outbox`); `agent.sinks.encode` turns them into CloudEvents. Sinks never see
+SQLite, only these values; nothing here does I/O.
 JSON columns stay as their stored text (`payload_json`, `evidence_json`), so
 the encoder can splice them into the event without parsing them again.
 """
@@ -28,7 +29,7 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class BootObserved:
-    """A new boot generation of a device (`boots` row)."""
+    """A new boot generation of a device (`boots` row; `boot_row` is 0 until it is stored)."""
 
     boot_row: int
     device: str

@@ -42,7 +42,6 @@ from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode
 from agent.sinks.http import HttpSink
 from agent.sinks.mqtt import MqttSink
-from agent.store.outbox import Outbox
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ class Forwarder:
         jitter: Callable[[], float] = random.random,
         idle_poll_s: float = 0.5,
     ) -> None:
-        self.outbox = Outbox(store)
+        self.outbox = store.outbox
         self.sink = sink
         self.upstream = upstream
         self.site = site

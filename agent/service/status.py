@@ -22,7 +22,6 @@ from agent.core.live import ServiceLive
 from agent.service import sdnotify
 from agent.service.forwarder import Forwarder
 from agent.service.recorder import Recorder
-from agent.store.outbox import Outbox
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ class StatusWriter:
 
     async def _feed_metrics(self, store: Store, snapshot: dict[str, Any]) -> None:
         if time.monotonic() - self._counts_at > OUTBOX_COUNT_EVERY_S:
-            self._outbox_counts = [asdict(c) for c in await Outbox(store).counts()]
+            self._outbox_counts = [asdict(c) for c in await store.outbox.counts()]
             self._counts_at = time.monotonic()
         size = sum(p.stat().st_size for p in (Path(store.path), Path(store.path + "-wal")) if p.exists())
         self.collector.snapshot = {

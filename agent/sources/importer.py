@@ -1,32 +1,32 @@
-"""The offline importer: a JSON Lines capture file into the store, streamed in batches.
+"""The offline importer, a source: a JSON Lines capture file parsed into batches of deliveries.
 
-Every non-blank line is one delivery, live, in file order (the file is a
-capture). Lines are read, parsed and decided in batches (group commit); the
-results of a batch are handed out only after that batch is committed, so a
-result the caller prints is a promise that survives a crash.
+Every non-blank line is one delivery (or a rejection), live, in file order (the file is a
+capture). It never writes the store: the caller records each batch and only then reports its
+results, so a result it prints is a promise that survives a crash.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
 from agent.core.contract import Delivery, Rejection, format_timestamp
-from agent.core.decide import Outcome
 from agent.core.intake import parse_delivery
-from agent.store.store import Store
 
 BATCH_LINES = 1000
 
 
 @dataclass(frozen=True, slots=True)
-class LineResult:
-    line: int
-    outcome: Outcome
+class ImportBatch:
+    """Parsed lines of one batch, their line numbers, and how far into the file it reaches."""
+
+    items: list[Delivery | Rejection]
+    lines: list[int]
+    bytes_read: int
 
 
 def _utc_now() -> datetime:
@@ -40,28 +40,18 @@ def _strip(raw: bytes, line_no: int) -> bytes:
     return raw
 
 
-async def import_file(
-    store: Store,
+def read_batches(
     path: str | Path,
     *,
     receiver: str | None = None,
     clock: Callable[[], datetime] = _utc_now,
     batch_lines: int = BATCH_LINES,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> AsyncIterator[list[LineResult]]:
-    """Import `path`; yields the results of each committed batch, in line order.
-
-    `on_progress(bytes_read, lines_read)` is called after each batch. Raises
-    StoreError (nothing of the failing batch is committed) when the store
-    cannot be written.
-    """
+) -> Iterator[ImportBatch]:
+    """The file `path` as batches of at most `batch_lines` parsed lines, streamed in file order."""
     who = receiver or f"import:{os.path.basename(str(path))}"
     with open(path, "rb") as f:
-        for batch, lines in _batches(f, who, clock, batch_lines):
-            outcomes = await store.record(batch)
-            yield [LineResult(n, oc) for n, oc in zip(lines, outcomes, strict=True)]
-            if on_progress:
-                on_progress(f.tell(), lines[-1])
+        for items, lines in _batches(f, who, clock, batch_lines):
+            yield ImportBatch(items, lines, f.tell())
 
 
 def _batches(

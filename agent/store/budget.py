@@ -5,7 +5,8 @@ the store's filesystem, arrivals of the last days); `assess()` is pure and
 turns them into what `status` and metrics show. The budget is the configured
 quota (`store.max_size`) when there is one, else what the filesystem could
 still give the store; the warning fires at `high_water` of it, long before
-SQLite reports the disk full.
+SQLite reports the disk full. Measuring only reads; it runs on the writer's
+connection (under its lock) or on a reader's.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
 from agent.core.contract import format_timestamp
-from agent.store.store import Store
+
+if TYPE_CHECKING:
+    from agent.store.store import Store
 
 RATE_WINDOW = timedelta(days=7)
 
@@ -92,27 +95,32 @@ def _file_size(path: str) -> int:
 
 
 async def measure(store: Store, now: datetime, max_bytes: int | None = None) -> SizeFacts:
-    """Facts about the store at `now` (an injected clock)."""
-    size = _file_size(store.path) + _file_size(store.path + "-wal")
-    st = os.statvfs(Path(store.path).resolve().parent)
-    since = format_timestamp(now - RATE_WINDOW)
+    """Facts about the store at `now` (an injected clock), read under the writer's lock."""
     async with store._lock:
-        row = (
-            await _all(
-                store.db,
-                "SELECT (SELECT freelist_count FROM pragma_freelist_count)"
-                " * (SELECT page_size FROM pragma_page_size),"
-                " (SELECT count(*) FROM arrivals) + (SELECT count(*) FROM events)"
-                " + (SELECT count(*) FROM event_keys)",
-            )
-        )[0]
-        # arrival ids follow arrival time for live data: count back from the newest one
-        recent = await _all(
-            store.db,
-            "SELECT count(*) FROM (SELECT arrival_at FROM arrivals ORDER BY arrival_id DESC LIMIT 1000000)"
-            " WHERE arrival_at >= ?",
-            (since,),
+        return await measure_on(store.db, store.path, now, max_bytes)
+
+
+async def measure_on(db: aiosqlite.Connection, path: str, now: datetime, max_bytes: int | None) -> SizeFacts:
+    """Facts about the store at `path` read through the connection `db`."""
+    size = _file_size(path) + _file_size(path + "-wal")
+    st = os.statvfs(Path(path).resolve().parent)
+    since = format_timestamp(now - RATE_WINDOW)
+    row = (
+        await _all(
+            db,
+            "SELECT (SELECT freelist_count FROM pragma_freelist_count)"
+            " * (SELECT page_size FROM pragma_page_size),"
+            " (SELECT count(*) FROM arrivals) + (SELECT count(*) FROM events)"
+            " + (SELECT count(*) FROM event_keys)",
         )
+    )[0]
+    # arrival ids follow arrival time for live data: count back from the newest one
+    recent = await _all(
+        db,
+        "SELECT count(*) FROM (SELECT arrival_at FROM arrivals ORDER BY arrival_id DESC LIMIT 1000000)"
+        " WHERE arrival_at >= ?",
+        (since,),
+    )
     return SizeFacts(
         store_bytes=size,
         free_pages_bytes=int(row[0]),

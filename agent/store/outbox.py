@@ -20,18 +20,23 @@ of millions costs the same per batch as a backlog of ten.
 
 Every read and write goes through the store's lock: a transaction belongs to
 the connection, so an unlocked read could see a half-written `record()` batch
-(and publish an event that is then rolled back).
+(and publish an event that is then rolled back). `upstream_counts()` also serves
+the reader's own connection. Nothing here imports a sink.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.core.send_outcome import SendOutcome, Verdict
-from agent.store.store import Store
+
+if TYPE_CHECKING:
+    from agent.store.store import Store
 
 _CLAIM = """
 SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at,
@@ -118,52 +123,18 @@ class Outbox:
 
     async def counts(self) -> list[UpstreamCounts]:
         """Per registered upstream (and any upstream that still has rows): counts kept apart."""
-        db = self.store.db
         async with self.store._lock:
-            names = [
-                r[0]
-                for r in await db.execute_fetchall(
-                    "SELECT name FROM upstreams UNION SELECT DISTINCT upstream FROM outbox ORDER BY 1"
-                )
-            ]
-            out = []
-            for name in names:
-                out.append(await self._counts_of(name))
-        return out
+            return await upstream_counts(self.store.db)
 
-    async def _counts_of(self, name: str) -> UpstreamCounts:
-        db = self.store.db
-        by_state: dict[str, int] = {}
-        attempts = 0
-        for state, n, a in await db.execute_fetchall(
-            "SELECT state, count(*), coalesce(sum(attempts), 0) FROM outbox"
-            " WHERE upstream = ? GROUP BY state",
-            (name,),
-        ):
-            by_state[state] = int(n)
-            attempts += int(a)
-        head = await db.execute_fetchall(
-            "SELECT created_at, last_error FROM outbox WHERE upstream = ? AND state = 'pending'"
-            " ORDER BY outbox_id LIMIT 1",
-            (name,),
-        )
-        last_rej = await db.execute_fetchall(
-            "SELECT last_error FROM outbox WHERE upstream = ? AND state = 'rejected'"
-            " ORDER BY outbox_id DESC LIMIT 1",
-            (name,),
-        )
-        h = next(iter(head), None)
-        lr = next(iter(last_rej), None)
-        return UpstreamCounts(
-            upstream=name,
-            pending=by_state.get("pending", 0),
-            delivered=by_state.get("delivered", 0),
-            rejected=by_state.get("rejected", 0),
-            attempts=attempts,
-            oldest_pending_at=h[0] if h else None,
-            head_error=h[1] if h else None,
-            last_rejection=lr[0] if lr else None,
-        )
+    async def deliver_all_pending(self, upstream: str, sent_at: str) -> int:
+        """Mark every pending row of `upstream` delivered, as if it had acknowledged them all
+        (benchmarks and tests stand in for a forwarder with it). Returns the rows changed."""
+        async with self.store._lock, self.store._transaction():
+            cur = await self.store.db.execute(
+                "UPDATE outbox SET state = 'delivered', sent_at = ? WHERE upstream = ? AND state = 'pending'",
+                (sent_at, upstream),
+            )
+            return int(cur.rowcount)
 
     async def retry_rejected(self, upstream: str | None = None, ids: Sequence[int] = ()) -> int:
         """Put dead letters back in the queue (all, one upstream's, or the given outbox ids)."""
@@ -187,6 +158,50 @@ class Outbox:
         async with self.store._lock, self.store._transaction():
             cur = await self.store.db.execute(sql, params)
             return int(cur.rowcount)
+
+
+async def upstream_counts(db: aiosqlite.Connection) -> list[UpstreamCounts]:
+    """Counts of every registered upstream and any upstream that still has rows, by name."""
+    names = [
+        r[0]
+        for r in await db.execute_fetchall(
+            "SELECT name FROM upstreams UNION SELECT DISTINCT upstream FROM outbox ORDER BY 1"
+        )
+    ]
+    return [await _counts_of(db, name) for name in names]
+
+
+async def _counts_of(db: aiosqlite.Connection, name: str) -> UpstreamCounts:
+    by_state: dict[str, int] = {}
+    attempts = 0
+    for state, n, a in await db.execute_fetchall(
+        "SELECT state, count(*), coalesce(sum(attempts), 0) FROM outbox WHERE upstream = ? GROUP BY state",
+        (name,),
+    ):
+        by_state[state] = int(n)
+        attempts += int(a)
+    head = await db.execute_fetchall(
+        "SELECT created_at, last_error FROM outbox WHERE upstream = ? AND state = 'pending'"
+        " ORDER BY outbox_id LIMIT 1",
+        (name,),
+    )
+    last_rej = await db.execute_fetchall(
+        "SELECT last_error FROM outbox WHERE upstream = ? AND state = 'rejected'"
+        " ORDER BY outbox_id DESC LIMIT 1",
+        (name,),
+    )
+    h = next(iter(head), None)
+    lr = next(iter(last_rej), None)
+    return UpstreamCounts(
+        upstream=name,
+        pending=by_state.get("pending", 0),
+        delivered=by_state.get("delivered", 0),
+        rejected=by_state.get("rejected", 0),
+        attempts=attempts,
+        oldest_pending_at=h[0] if h else None,
+        head_error=h[1] if h else None,
+        last_rejection=lr[0] if lr else None,
+    )
 
 
 def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:

@@ -19,6 +19,7 @@ needs a second copy of the database.
 A crash at any point loses at most the batch in flight; nothing is pruned
 that the rules keep, because each batch re-checks them inside its
 transaction (an outbox row may have turned pending again meanwhile).
+This is the store's retention executor; the rules themselves are pure and live elsewhere.
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ def delivered_sql(ref: str, marks: str) -> str:
 
 
 async def upstream_params(store: Store) -> tuple[str, dict[str, Any]]:
-    names = [r[0] for r in await _all(store.db, _UPSTREAMS)]
+    return await upstream_names(store.db)
+
+
+async def upstream_names(db: aiosqlite.Connection) -> tuple[str, dict[str, Any]]:
+    """Named parameters (`:u0,:u1`, values) for every upstream that has rows or is configured."""
+    names = [r[0] for r in await _all(db, _UPSTREAMS)]
     return ",".join(f":u{i}" for i in range(len(names))), {f"u{i}": n for i, n in enumerate(names)}
 
 

@@ -5,6 +5,7 @@ stay for that reason alone); each is judged by the verdict functions of
 `agent.core.retention`, the statement of the rules that the tests hold the
 SQL of `agent.store.prune` to. Figures are for one run from the current state:
 the payload stage counts an event whose arrivals would go in the same run.
+Runs on the writer's connection (under its lock) or on a reader's; never writes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
 
 from agent.config.retention import RetentionSettings, days_text
 from agent.core.retention import (
@@ -24,8 +27,10 @@ from agent.core.retention import (
     key_verdict,
     payload_verdict,
 )
-from agent.store.prune import upstream_params
-from agent.store.store import Store
+from agent.store.prune import upstream_names
+
+if TYPE_CHECKING:
+    from agent.store.store import Store
 
 
 @dataclass(slots=True)
@@ -46,6 +51,14 @@ def _states(text: str | None) -> tuple[str, ...]:
 
 
 async def plan(store: Store, settings: RetentionSettings, now: datetime) -> dict[str, StagePlan]:
+    """The dry run on the writer's connection, under its lock."""
+    async with store._lock:
+        return await plan_on(store.db, settings, now)
+
+
+async def plan_on(
+    db: aiosqlite.Connection, settings: RetentionSettings, now: datetime
+) -> dict[str, StagePlan]:
     """The dry run: {'arrivals': ..., 'payloads': ..., 'keys': ...}."""
     cut = cutoffs(settings, now)
     out = {
@@ -53,16 +66,15 @@ async def plan(store: Store, settings: RetentionSettings, now: datetime) -> dict
         "payloads": StagePlan(days_text(settings.payloads), cut.payloads),
         "keys": StagePlan(days_text(settings.keys), cut.keys),
     }
-    async with store._lock:
-        marks, ups = await upstream_params(store)
-        await _plan_arrivals(store, cut, marks, ups, out["arrivals"])
-        await _plan_payloads(store, cut, marks, ups, out["payloads"])
-        async with store.db.execute(
-            "SELECT last_arrival, conflict_count FROM event_keys WHERE last_arrival < ?", (cut.keys,)
-        ) as cur:
-            while rows := await cur.fetchmany(5000):
-                for last, conflicts in rows:
-                    _tally(out["keys"], key_verdict(last, int(conflicts), cut))
+    marks, ups = await upstream_names(db)
+    await _plan_arrivals(db, cut, marks, ups, out["arrivals"])
+    await _plan_payloads(db, cut, marks, ups, out["payloads"])
+    async with db.execute(
+        "SELECT last_arrival, conflict_count FROM event_keys WHERE last_arrival < ?", (cut.keys,)
+    ) as cur:
+        while rows := await cur.fetchmany(5000):
+            for last, conflicts in rows:
+                _tally(out["keys"], key_verdict(last, int(conflicts), cut))
     return out
 
 
@@ -80,7 +92,7 @@ _OUTBOX_STATES = (
 
 
 async def _plan_arrivals(
-    store: Store, cut: Cutoffs, marks: str, ups: dict[str, Any], stage: StagePlan
+    db: aiosqlite.Connection, cut: Cutoffs, marks: str, ups: dict[str, Any], stage: StagePlan
 ) -> None:
     sql = (
         "SELECT a.decision, a.arrival_at, a.arrival_id IN (SELECT arrival_id FROM pending),"
@@ -88,7 +100,7 @@ async def _plan_arrivals(
         f" e.canonical_id, e.status, e.last_arrival, {_OUTBOX_STATES.format(marks=marks)}"
         " FROM arrivals a LEFT JOIN events e ON e.canonical_id = a.canonical_id WHERE a.arrival_at < :cut"
     )
-    async with store.db.execute(sql, {"cut": cut.arrivals, **ups}) as cur:
+    async with db.execute(sql, {"cut": cut.arrivals, **ups}) as cur:
         while rows := await cur.fetchmany(5000):
             for decision, arrival_at, pending, boot, cid, status, last, states in rows:
                 event = EventFacts(status, last, _states(states)) if cid is not None else None
@@ -97,7 +109,7 @@ async def _plan_arrivals(
 
 
 async def _plan_payloads(
-    store: Store, cut: Cutoffs, marks: str, ups: dict[str, Any], stage: StagePlan
+    db: aiosqlite.Connection, cut: Cutoffs, marks: str, ups: dict[str, Any], stage: StagePlan
 ) -> None:
     # Arrivals that this run keeps: younger than their horizon, or kept for a reason of their own.
     sql = (
@@ -107,7 +119,7 @@ async def _plan_payloads(
         "  OR a.arrival_id IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)))"
         " FROM events e WHERE e.last_arrival < :cut"
     )
-    async with store.db.execute(sql, {"cut": cut.payloads, "acut": cut.arrivals, **ups}) as cur:
+    async with db.execute(sql, {"cut": cut.payloads, "acut": cut.arrivals, **ups}) as cur:
         while rows := await cur.fetchmany(5000):
             for status, last, states, left in rows:
                 _tally(stage, payload_verdict(EventFacts(status, last, _states(states), int(left)), cut))

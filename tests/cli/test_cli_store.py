@@ -133,7 +133,9 @@ def test_two_processes_importing_one_file_make_one_canonical_per_key(tmp_path: P
         for n in range(3000):
             out.write(json.dumps({"source": f"P{n % 5}/T", "transitionId": n, "bootId": "B1"}) + "\n")
     db = tmp_path / "s.db"
-    run("--db", str(db), "report", "--json")  # create the store first, so both only open it
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    run("--db", str(db), "import", str(empty))  # create the store first, so both only open it
     procs = [
         subprocess.Popen(
             [*CMD, "--db", str(db), "import", str(f), "--json", "--receiver", f"proc-{i}"],

@@ -1,0 +1,85 @@
+"""What every command shares: the exit codes, the store context (writer or reader), and running
+a command's coroutine with our errors mapped to exit codes.
+
+Never imports the click group (`agent.cli.main`) nor a command module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+from agent.config.store import store_settings
+from agent.core.errors import ConfigError, StoreError
+from agent.store.connection import StoreMissing, require_existing
+from agent.store.reader import Reader
+from agent.store.store import Store
+
+EX_OK = 0
+EX_FAILURE = 1  # unexpected errors (click usage errors exit 2)
+EX_NOINPUT = 66  # a command that needs an existing store was pointed at none
+EX_UNAVAILABLE = 69  # `check --probe` could not read a device
+EX_IOERR = 74  # the store cannot be read or written (disk full, unwritable, damaged)
+EX_CONFIG = 78  # configuration error: the systemd unit does not restart on 78
+
+T = TypeVar("T")
+
+
+class Context:
+    """The group's options, as every command sees them (`ctx.obj`)."""
+
+    def __init__(self, db: str | None, config: str, max_db_size: str | None, synchronous: str | None) -> None:
+        self.db_path = db
+        self.config = config
+        self.max_db_size = max_db_size
+        self.synchronous = synchronous
+
+    def store_path(self) -> str:
+        path, _, _ = store_settings(db=self.db_path, config_path=self.config, synchronous=None, max_size=None)
+        return path
+
+    def max_bytes(self) -> int | None:
+        """The store's size quota from --max-db-size or the config, if any."""
+        _, _, max_bytes = store_settings(
+            db=self.db_path, config_path=self.config, synchronous=None, max_size=self.max_db_size
+        )
+        return max_bytes
+
+    async def open_store(self) -> Store:
+        """The writer, creating the store (and its directory) when missing."""
+        path, sync, max_bytes = store_settings(
+            db=self.db_path, config_path=self.config, synchronous=self.synchronous, max_size=self.max_db_size
+        )
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return await Store.open(path, synchronous=sync, max_bytes=max_bytes)
+
+    async def open_existing_store(self) -> Store:
+        """The writer of a store that must exist already (StoreMissing otherwise; nothing is created)."""
+        path, sync, max_bytes = store_settings(
+            db=self.db_path, config_path=self.config, synchronous=self.synchronous, max_size=self.max_db_size
+        )
+        return await Store.open(require_existing(path), synchronous=sync, max_bytes=max_bytes)
+
+    async def open_reader(self) -> Reader:
+        """A read-only view of an existing store (StoreMissing otherwise; nothing is created)."""
+        return await Reader.open(self.store_path())
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's coroutine and map our errors to exit codes with a clear message."""
+    try:
+        return asyncio.run(fn())  # type: ignore[arg-type]
+    except ConfigError as exc:
+        click.echo(f"edge-agent: configuration error: {exc}", err=True)
+        sys.exit(EX_CONFIG)
+    except StoreMissing as exc:
+        click.echo(f"edge-agent: {exc}", err=True)
+        sys.exit(EX_NOINPUT)
+    except StoreError as exc:
+        click.echo(f"edge-agent: {exc}", err=True)
+        sys.exit(EX_IOERR)

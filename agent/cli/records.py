@@ -1,0 +1,304 @@
+"""`edge-agent import`, `report`, `pending` and `boots`: putting records in, and reading them back.
+
+`import` hands each parsed batch to the store's writer; the other commands open only the
+store's reader, so they never create, migrate or lock a store. Nothing here touches SQL.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agent.cli import render
+from agent.cli.context import Context, run_async
+from agent.core.decide import Outcome
+from agent.sources.importer import read_batches
+from agent.store import report
+from agent.store.reader import Reader
+from agent.store.store import Store
+
+
+class Progress:
+    """A progress line on stderr for imports that take more than a moment (never on stdout)."""
+
+    def __init__(self, total_bytes: int, enabled: bool) -> None:
+        self.total = max(total_bytes, 1)
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done_bytes: int, lines: int) -> None:
+        elapsed = time.monotonic() - self.start
+        if not self.enabled or elapsed < 1.0:
+            return
+        rate = lines / elapsed if elapsed > 0 else 0.0
+        pct = 100.0 * done_bytes / self.total
+        click.echo(f"\rimport: {pct:5.1f}%  {lines} lines  {rate:,.0f} lines/s ", err=True, nl=False)
+        self.shown = True
+
+    def finish(self) -> None:
+        if self.shown:
+            click.echo("", err=True)
+
+
+class ImportTally:
+    """Decisions counted over an import, and the first rejected lines with their reasons."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.rejected: list[tuple[int, str]] = []
+
+    def add(self, lines: list[int], outcomes: list[Outcome]) -> None:
+        for line, oc in zip(lines, outcomes, strict=True):
+            d = oc.decision.value
+            self.counts[d] = self.counts.get(d, 0) + 1
+            if d == "rejected" and len(self.rejected) < 20:
+                self.rejected.append((line, oc.reason or ""))
+
+    def lines(self, file: str) -> list[str]:
+        total = sum(self.counts.values())
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+        out = [f"imported {total} lines from {file}: {parts or 'nothing'}"]
+        out += [f"  line {line}: rejected: {reason}" for line, reason in self.rejected]
+        more = self.counts.get("rejected", 0) - len(self.rejected)
+        if more > 0:
+            out.append(f"  ... and {more} more rejected lines (see `report`)")
+        return out
+
+
+def _json_results(lines: list[int], outcomes: list[Outcome]) -> str:
+    return "".join(
+        json.dumps(
+            {
+                "line": line,
+                "decision": oc.decision.value,
+                "canonical_id": oc.canonical_id,
+                "duplicate_of": oc.duplicate_of,
+                "reason": oc.reason,
+                "flags": list(oc.flags),
+            }
+        )
+        + "\n"
+        for line, oc in zip(lines, outcomes, strict=True)
+    )
+
+
+async def import_into(
+    store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: Progress
+) -> None:
+    """Record the file batch by batch; a batch's results are printed only after its commit."""
+    for batch in read_batches(file, receiver=receiver):
+        outcomes = await store.record(batch.items)
+        if as_json:
+            sys.stdout.write(_json_results(batch.lines, outcomes))
+            sys.stdout.flush()
+        tally.add(batch.lines, outcomes)
+        bar(batch.bytes_read, batch.lines[-1])
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON result per non-blank line, printed after commit."
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress on stderr (default: when stderr is a terminal).",
+)
+@click.option(
+    "--receiver", metavar="NAME", help="Receiver recorded as evidence (default: import:<file name>)."
+)
+@click.pass_obj
+def import_cmd(obj: Context, file: str, as_json: bool, progress: bool | None, receiver: str | None) -> None:
+    """Ingest FILE (JSON Lines, one delivery per line) into the store.
+
+    \b
+    Each line: {"source": "PUMP-07/Trip", "transitionId": "T91", "bootId": "B17",
+                "sourceTimestamp": "2026-04-22T08:00:12.120Z",
+                "arrivalAt": "2026-04-22T08:00:12.180Z", "payload": {"state": "Trip"}}
+
+    Every line is kept: unparseable lines are `rejected` with their line
+    number and raw text, and the rest of the file goes on. With --json, one
+    object per line {"line", "decision", "canonical_id", "duplicate_of",
+    "reason", "flags"} is printed only after that line is committed. Exits 0
+    when every line was stored, 74 when the store could not be written.
+    """
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = Progress(Path(file).stat().st_size, show)
+    tally = ImportTally()
+
+    async def go() -> None:
+        store = await obj.open_store()
+        try:
+            await import_into(store, file, receiver, as_json, tally, bar)
+        finally:
+            bar.finish()
+            await store.close()
+
+    run_async(go)
+    if not as_json:
+        for line in tally.lines(file):
+            click.echo(line)
+
+
+async def _collect(it: AsyncIterator[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+    out = []
+    async for row in it:
+        out.append(row)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+async def _write_json_report(reader: Reader, sort: str) -> None:
+    """Stream the report as one JSON object, section by section (memory stays flat)."""
+    w = sys.stdout.write
+    w('{"summary": ' + json.dumps(await reader.summary()))
+    sections: list[tuple[str, AsyncIterator[dict[str, Any]]]] = [
+        ("events", reader.events(sort)),
+        ("arrivals", reader.arrivals()),
+        ("boots", reader.boots()),
+        ("gaps", reader.anomalies(gaps=True)),
+        ("anomalies", reader.anomalies(gaps=False)),
+        ("pending", reader.pending()),
+    ]
+    for name, rows in sections:
+        w(f', "{name}": [')
+        first = True
+        async for row in rows:
+            w(("" if first else ", ") + json.dumps(row, ensure_ascii=False))
+            first = False
+        w("]")
+    w("}\n")
+
+
+async def _write_csv(reader: Reader, sort: str) -> None:
+    writer = csv.writer(sys.stdout)
+    cols = render.EVENT_COLUMNS
+    writer.writerow([f for _, f in cols])
+    async for ev in reader.events(sort):
+        writer.writerow([render.cell(ev[f]) if f == "payload" else ev[f] for _, f in cols])
+
+
+@click.command("report")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ..."
+)
+@click.option("--csv", "as_csv", is_flag=True, help="Canonical events as CSV (one row per event).")
+@click.option(
+    "--sort",
+    type=click.Choice(sorted(report.SORTS)),
+    default="arrival",
+    show_default=True,
+    help="Order of events: by first arrival, state (conflicts first), generation (device, bootId), "
+    "source, id.",
+)
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows per table for people (0: all).")
+@click.pass_obj
+def report_cmd(obj: Context, as_json: bool, as_csv: bool, sort: str, limit: int) -> None:
+    """Show what the store holds: counts, canonical events, boots, gaps, pending.
+
+    Source events, arrivals and delivery attempts are always counted apart.
+    """
+    if as_json and as_csv:
+        raise click.UsageError("choose one of --json and --csv")
+
+    async def go() -> None:
+        async with await obj.open_reader() as reader:
+            if as_json:
+                await _write_json_report(reader, sort)
+            elif as_csv:
+                await _write_csv(reader, sort)
+            else:
+                await print_tables(reader, sort, limit or None)
+
+    run_async(go)
+
+
+def _echo_table(title: str, rows: list[dict[str, Any]], columns: tuple[tuple[str, str], ...]) -> None:
+    click.echo(title)
+    for line in render.table(render.headers_of(columns), render.rows_of(rows, columns)):
+        click.echo(line)
+
+
+async def print_tables(reader: Reader, sort: str, limit: int | None) -> None:
+    """The report for people: summary, canonical events, boots, gaps, anomalies, hints."""
+    summary = await reader.summary()
+    click.echo(f"store: {reader.path}")
+    for line in render.summary_lines(summary):
+        click.echo(line)
+    click.echo("")
+    evs = await _collect(reader.events(sort), limit)
+    _echo_table(f"canonical events (sorted by {sort}):", evs, render.EVENT_COLUMNS)
+    if limit is not None and summary["source_events"] > len(evs):
+        click.echo(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
+    bts = await _collect(reader.boots(), limit)
+    if bts:
+        _echo_table("\nboots observed:", bts, render.BOOT_COLUMNS)
+    for title, gaps in (("gaps", True), ("anomalies", False)):
+        recs = await _collect(reader.anomalies(gaps=gaps), limit)
+        if recs:
+            _echo_table(f"\n{title}:", recs, render.ANOMALY_COLUMNS)
+    if summary["identity_incomplete"]:
+        click.echo(
+            f"\n{summary['identity_incomplete']} identity-incomplete arrivals wait in `edge-agent pending`."
+        )
+    if summary["rejected"]:
+        click.echo(
+            f"{summary['rejected']} rejected lines: `edge-agent report --json` lists them with reasons."
+        )
+
+
+def _list_records(
+    obj: Context,
+    as_json: bool,
+    rows_of: Callable[[Reader], AsyncIterator[dict[str, Any]]],
+    columns: tuple[tuple[str, str], ...],
+    empty: str,
+    width: int = 48,
+) -> None:
+    """One record per line as JSON, or a table for people."""
+
+    async def go() -> list[dict[str, Any]]:
+        async with await obj.open_reader() as reader:
+            return await _collect(rows_of(reader))
+
+    rows = run_async(go)
+    if as_json:
+        for r in rows:
+            click.echo(json.dumps(r, ensure_ascii=False))
+    elif not rows:
+        click.echo(empty)
+    else:
+        for line in render.table(render.headers_of(columns), render.rows_of(rows, columns), width):
+            click.echo(line)
+
+
+@click.command("pending")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def pending_cmd(obj: Context, as_json: bool) -> None:
+    """List identity-incomplete arrivals (no source, transitionId or bootId).
+
+    They are kept, never merged with anything, and no boot id is made up for
+    them; they wait here for a person.
+    """
+    _list_records(
+        obj, as_json, lambda r: r.pending(), render.ARRIVAL_COLUMNS, "no identity-incomplete arrivals"
+    )
+
+
+@click.command("boots")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def boots_cmd(obj: Context, as_json: bool) -> None:
+    """List BootObserved records: each controller generation, its predecessor and the evidence."""
+    _list_records(obj, as_json, lambda r: r.boots(), render.BOOT_COLUMNS, "no boots observed", 80)

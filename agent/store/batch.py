@@ -1,0 +1,235 @@
+"""The record transaction: one batch of deliveries decided and written, as named steps.
+
+Runs inside the caller's BEGIN IMMEDIATE (`Store.record`); the decision itself is the pure
+`agent.core.decide`. Never opens, commits or rolls back a transaction here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiosqlite
+
+from agent.core import decide
+from agent.core.contract import Anomaly, Decision, Delivery, Key, Rejection
+from agent.core.errors import StoreError
+from agent.store import rows
+from agent.store.boots import record_anomalies, record_boots
+
+log = logging.getLogger(__name__)
+
+CHUNK = 3000  # keys per VALUES list: 3 parameters each, far below SQLite's 32766
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """Read inside BEGIN IMMEDIATE, so a prune by another process cannot slip in between."""
+
+    max_canonical: int
+    last_arrival_id: int
+    has_key_records: bool
+    has_forgotten: bool
+
+
+async def record_batch(
+    db: aiosqlite.Connection,
+    path: str,
+    items: Sequence[Delivery | Rejection],
+    sightings: Sequence[decide.BootSighting],
+    anomalies: Sequence[Anomaly],
+    now: str,
+    upstreams: Sequence[str],
+) -> list[decide.Outcome]:
+    """Decide and write one batch; returns one Outcome per item, in order."""
+    marks = await read_marks(db)
+    arrival_ids = [marks.last_arrival_id + 1 + i for i in range(len(items))]
+    firsts = first_deliveries(items)
+    canonical, pruned = await insert_canonicals(db, path, firsts, arrival_ids, marks)
+    forgotten = await forgotten_of(db, list(firsts)) if marks.has_forgotten and firsts else None
+    outcomes, updates = decide.classify(
+        items, canonical, marks.max_canonical, pruned=pruned, forgotten=forgotten
+    )
+    await insert_arrivals(db, items, arrival_ids, outcomes, updates, pruned)
+    if pruned or forgotten:
+        await record_retention_side(db, outcomes, updates, pruned)
+    # Sightings read straight from a controller come first: they carry the real evidence
+    # (register or node, previous value, OPC UA StartTime) for a boot the batch also shows.
+    boot_rows = await record_boots(db, [*sightings, *decide.sightings_of(items)], arrival_ids)
+    pending = await insert_pending(db, arrival_ids, outcomes)
+    anomaly_refs = await record_anomalies(db, anomalies)
+    if upstreams:
+        refs = [
+            ("transition", oc.canonical_id)
+            for oc in outcomes
+            if oc.decision is Decision.INSERTED and oc.canonical_id is not None
+        ]
+        refs += [("boot_observed", b) for b in boot_rows]
+        refs += anomaly_refs
+        refs += [("identity_incomplete", a) for a in pending]
+        await queue_outbox(db, upstreams, refs, now)
+    return outcomes
+
+
+async def queue_outbox(
+    db: aiosqlite.Connection, upstreams: Sequence[str], refs: list[tuple[str, int]], now: str
+) -> None:
+    """One outbox row per new record and upstream."""
+    await db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
+
+
+async def read_marks(db: aiosqlite.Connection) -> Marks:
+    found = await db.execute_fetchall(
+        "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
+        "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
+        " max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='arrivals'), 0),"
+        "     coalesce((SELECT max(arrival_id) FROM arrivals), 0)),"
+        " EXISTS(SELECT 1 FROM event_keys), EXISTS(SELECT 1 FROM forgotten_keys)"
+    )
+    row = next(iter(found))
+    return Marks(int(row[0]), int(row[1]), bool(row[2]), bool(row[3]))
+
+
+def first_deliveries(items: Sequence[Delivery | Rejection]) -> dict[Key, tuple[Delivery, int]]:
+    """The first complete delivery of every key of the batch, with its position."""
+    firsts: dict[Key, tuple[Delivery, int]] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Delivery) and (key := item.key) is not None and key not in firsts:
+            firsts[key] = (item, i)
+    return firsts
+
+
+async def insert_canonicals(
+    db: aiosqlite.Connection,
+    path: str,
+    firsts: dict[Key, tuple[Delivery, int]],
+    arrival_ids: list[int],
+    marks: Marks,
+) -> tuple[dict[Key, tuple[int, str]], set[int]]:
+    """Insert the first delivery of every key unless known; (canonical of every key, pruned ids)."""
+    if not firsts:
+        return {}, set()
+    cur = await db.executemany(
+        rows.INSERT_UNLESS_KEY_RECORD if marks.has_key_records else rows.INSERT_EVENT,
+        [rows.event_row(key, d, arrival_ids[i]) for key, (d, i) in firsts.items()],
+    )
+    if cur.rowcount == len(firsts):
+        # Every key was new: with AUTOINCREMENT under BEGIN IMMEDIATE (we are the only writer)
+        # the ids are the next ones, in insertion order, and the canonical content is our own.
+        mine = {
+            key: (marks.max_canonical + 1 + n, d.payload_hash)
+            for n, (key, (d, _)) in enumerate(firsts.items())
+        }
+        return mine, set()
+    return await canonical_of(db, path, list(firsts), marks.has_key_records)
+
+
+async def canonical_of(
+    db: aiosqlite.Connection, path: str, keys: list[Key], with_key_records: bool = False
+) -> tuple[dict[Key, tuple[int, str]], set[int]]:
+    """Read back (canonical_id, payload_hash) of every key, one query per chunk.
+
+    With `with_key_records`, keys whose payload was pruned are read from their compact key
+    record; their canonical ids are returned as the second value.
+    """
+    found: dict[Key, tuple[int, str]] = {}
+    pruned: set[int] = set()
+    for start in range(0, len(keys), CHUNK):
+        chunk = keys[start : start + CHUNK]
+        values = ",".join("(?,?,?)" for _ in chunk)
+        params = [p for k in chunk for p in (k.source, k.transition_id, k.boot_id)]
+        # A CTE joined on the indexed columns uses the unique index; `(a,b,c) IN (VALUES ...)`
+        # scans the whole table in SQLite 3.40.
+        sql = (
+            f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
+            " e.canonical_id, e.payload_hash, 0 FROM k JOIN events e"
+            " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
+        )
+        if with_key_records:
+            sql += (
+                " UNION ALL SELECT x.source, x.transition_id, x.boot_id, x.canonical_id,"
+                " lower(hex(x.payload_hash)), 1 FROM k JOIN event_keys x"
+                " ON x.source = k.s AND x.transition_id = k.t AND x.boot_id = k.b"
+            )
+        for r in await db.execute_fetchall(sql, params):
+            found[Key(r[0], r[1], r[2])] = (int(r[3]), str(r[4]))
+            if r[5]:
+                pruned.add(int(r[3]))
+    missing = [k for k in keys if k not in found]
+    if missing:  # cannot happen inside BEGIN IMMEDIATE unless the schema is broken
+        raise StoreError(f"Store {path}: canonical rows vanished for {len(missing)} keys")
+    return found, pruned
+
+
+async def forgotten_of(db: aiosqlite.Connection, keys: list[Key]) -> dict[tuple[str, str], str]:
+    """(source, bootId) -> latest arrival of a key forgotten at the key horizon, for these keys."""
+    pairs = list(dict.fromkeys((k.source, k.boot_id) for k in keys))
+    out: dict[tuple[str, str], str] = {}
+    for start in range(0, len(pairs), CHUNK):
+        chunk = pairs[start : start + CHUNK]
+        values = ",".join("(?,?)" for _ in chunk)
+        found = await db.execute_fetchall(
+            f"WITH p(s, b) AS (VALUES {values}) SELECT f.source, f.boot_id, f.through_arrival"
+            " FROM p JOIN forgotten_keys f ON f.source = p.s AND f.boot_id = p.b",
+            [x for pair in chunk for x in pair],
+        )
+        out.update({(r[0], r[1]): str(r[2]) for r in found})
+    return out
+
+
+async def insert_arrivals(
+    db: aiosqlite.Connection,
+    items: Sequence[Delivery | Rejection],
+    arrival_ids: list[int],
+    outcomes: list[decide.Outcome],
+    updates: list[decide.EventUpdate],
+    pruned: set[int],
+) -> None:
+    """Every arrival, and the counts of the canonical events they touched."""
+    await db.executemany(
+        rows.INSERT_ARRIVAL,
+        [rows.arrival_row(a, it, oc) for a, it, oc in zip(arrival_ids, items, outcomes, strict=True)],
+    )
+    touched = [rows.event_update_row(u) for u in updates if u.canonical_id not in pruned]
+    if touched:
+        await db.executemany(rows.UPDATE_EVENT_COUNTS, touched)
+
+
+async def record_retention_side(
+    db: aiosqlite.Connection,
+    outcomes: list[decide.Outcome],
+    updates: list[decide.EventUpdate],
+    pruned: set[int],
+) -> None:
+    """Later arrivals of keys whose payload was pruned; the count of key-horizon flags."""
+    kept = [u for u in updates if u.canonical_id in pruned]
+    if kept:
+        await db.executemany(
+            "UPDATE event_keys SET conflict_count = conflict_count + ?,"
+            " first_arrival = min(first_arrival, ?), last_arrival = max(last_arrival, ?)"
+            " WHERE canonical_id = ?",
+            [(u.conflicts, u.first_arrival, u.last_arrival, u.canonical_id) for u in kept],
+        )
+    passed = sum(1 for oc in outcomes if decide.KEY_HORIZON_PASSED in oc.flags)
+    if passed:
+        await db.execute(
+            "INSERT INTO retention_counts(name, value) VALUES (?, ?)"
+            " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            (decide.KEY_HORIZON_PASSED, passed),
+        )
+        log.warning("key horizon passed: %d new keys may be re-deliveries of forgotten keys", passed)
+
+
+async def insert_pending(
+    db: aiosqlite.Connection, arrival_ids: list[int], outcomes: list[decide.Outcome]
+) -> list[int]:
+    """Put identity-incomplete arrivals on the pending list; returns their arrival ids."""
+    pending = [
+        aid
+        for aid, oc in zip(arrival_ids, outcomes, strict=True)
+        if oc.decision is Decision.IDENTITY_INCOMPLETE
+    ]
+    if pending:
+        await db.executemany("INSERT INTO pending(arrival_id) VALUES (?)", [(a,) for a in pending])
+    return pending

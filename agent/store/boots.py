@@ -1,0 +1,99 @@
+"""Writes of the record transaction for boots and anomalies: BootObserved rows, the latest live
+boot per device, gap and anomaly rows.
+
+Runs inside the caller's transaction; which boots are new is decided by `agent.core.decide`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import aiosqlite
+
+from agent.core import decide
+from agent.core.contract import Anomaly
+from agent.core.jcs import canonical_json
+from agent.core.records import BootObserved
+
+log = logging.getLogger(__name__)
+
+
+async def record_boots(
+    db: aiosqlite.Connection, sightings: list[decide.BootSighting], arrival_ids: list[int]
+) -> list[int]:
+    """BootObserved rows for the boots not seen before; returns their row ids."""
+    if not sightings:
+        return []
+    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
+    known = await _known_boots(db, pairs)
+    if len(known) == len(pairs):
+        return []
+    devices = sorted({d for d, _ in pairs})
+    marks = ",".join("?" for _ in devices)
+    last = await db.execute_fetchall(
+        f"SELECT device, last_live_boot FROM device_state WHERE device IN ({marks})", devices
+    )
+    records, changed = decide.new_boots(sightings, known, {r[0]: r[1] for r in last})
+    # new_boots makes each record from the first sighting of its (device, bootId)
+    index_of = {(s.device, s.boot_id): s.index for s in reversed(sightings)}
+    ids = [await _insert_boot(db, rec, index_of[(rec.device, rec.boot_id)], arrival_ids) for rec in records]
+    if changed:
+        await db.executemany(
+            "INSERT INTO device_state(device, last_live_boot) VALUES (?,?)"
+            " ON CONFLICT(device) DO UPDATE SET last_live_boot = excluded.last_live_boot",
+            list(changed.items()),
+        )
+    return ids
+
+
+async def _insert_boot(
+    db: aiosqlite.Connection, rec: BootObserved, index: int | None, arrival_ids: list[int]
+) -> int:
+    """Write one BootObserved row, linked to the arrival at `index` of the batch if any."""
+    cur = await db.execute(
+        "INSERT INTO boots(device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
+        " arrival_id, evidence) VALUES (?,?,?,?,?,?,?,?)",
+        (
+            rec.device,
+            rec.boot_id,
+            rec.previous_boot_id,
+            rec.first_arrival,
+            rec.source_ts,
+            int(rec.live),
+            arrival_ids[index] if index is not None else None,
+            rec.evidence_json,
+        ),
+    )
+    log.info(
+        "BootObserved device=%s boot_id=%s previous=%s live=%s",
+        rec.device,
+        rec.boot_id,
+        rec.previous_boot_id,
+        rec.live,
+    )
+    return int(cur.lastrowid or 0)
+
+
+async def _known_boots(db: aiosqlite.Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    values = ",".join("(?,?)" for _ in pairs)
+    found = await db.execute_fetchall(
+        f"WITH p(d, b) AS (VALUES {values}) SELECT p.d, p.b FROM p JOIN boots"
+        " ON boots.device = p.d AND boots.boot_id = p.b",
+        [x for pair in pairs for x in pair],
+    )
+    return {(r[0], r[1]) for r in found}
+
+
+async def record_anomalies(db: aiosqlite.Connection, anomalies: Sequence[Anomaly]) -> list[tuple[str, int]]:
+    """Gap and anomaly rows (a repeat is ignored); returns (outbox kind, row id) of the new ones."""
+    refs: list[tuple[str, int]] = []
+    for a in anomalies:
+        cur = await db.execute(
+            "INSERT OR IGNORE INTO anomalies(source, boot_id, kind, from_value, to_value, detected_at,"
+            " evidence) VALUES (?,?,?,?,?,?,?)",
+            (a.source, a.boot_id, a.kind, a.first, a.last, a.detected_at, canonical_json(a.evidence)),
+        )
+        if cur.rowcount:
+            refs.append(("gap" if a.kind == "gap" else "anomaly", int(cur.lastrowid or 0)))
+    return refs

@@ -1,0 +1,254 @@
+"""Opening the store's SQLite file: the writer's connection (configured, checked, migrated) and
+a reader's read-only one, the write transaction, and sqlite3 errors turned into StoreErrors.
+
+Nothing here decides anything about events; nothing outside `agent.store` uses this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiosqlite
+
+from agent.core.errors import StoreCorrupt, StoreError, StoreFull
+from agent.store.schema import MIGRATIONS, Migration
+
+log = logging.getLogger(__name__)
+
+MIN_SQLITE = (3, 37, 0)  # STRICT tables
+
+
+class StoreMissing(StoreError):
+    """A command that only reads (or only changes an existing store) was pointed at no store."""
+
+
+def map_sqlite_error(exc: sqlite3.Error, path: str) -> StoreError:
+    """Turn an sqlite3 error into a StoreError that says what and which."""
+    text = str(exc)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "database or disk is full" in text:
+        return StoreFull(
+            f"Store {path}: the disk or the store's size quota is full ({text}). "
+            "Everything committed before is intact; free space or raise the quota, then run again."
+        )
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "not a database" in text:
+        return StoreCorrupt(f"Store {path}: the file is damaged or is not an edge-agent store ({text}).")
+    if code == sqlite3.SQLITE_CANTOPEN or "unable to open" in text:
+        return StoreError(
+            f"Store {path}: cannot open the database file ({text}); check the path and permissions."
+        )
+    if code == sqlite3.SQLITE_READONLY or "readonly" in text:
+        return StoreError(f"Store {path}: the database is read-only ({text}); check permissions.")
+    if "locked" in text or "busy" in text:
+        return StoreError(f"Store {path}: another process holds the write lock for too long ({text}).")
+    return StoreError(f"Store {path}: {text}")
+
+
+def require_existing(path: str | Path) -> str:
+    """`path` as text, or StoreMissing (naming it) when no store file is there."""
+    spath = str(path)
+    if not os.path.exists(spath):
+        raise StoreMissing(f"Store {spath}: no such file (nothing was created)")
+    return spath
+
+
+def _check_sqlite_version() -> None:
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old; edge-agent needs 3.37 or newer")
+
+
+def _create_private(path: str) -> None:
+    """Create a new store file 0600 (events are plant data): SQLite would make it 0644 minus the
+    umask, and its -wal and -shm files copy the database file's mode. An existing file keeps
+    its mode (an operator may have chosen 0640 for a reading group)."""
+    if path.startswith((":", "file:")) or os.path.exists(path):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass  # another process created it just now
+    except OSError:
+        pass  # e.g. a missing directory: connect() reports it with the store's own message
+
+
+async def scalar(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The first column of the first row of a query."""
+    rows = list(await db.execute_fetchall(sql, params))
+    return rows[0][0]
+
+
+async def open_writer(
+    path: str,
+    *,
+    synchronous: str,
+    max_bytes: int | None,
+    busy_timeout_s: float,
+    check: bool,
+    migrations: Sequence[Migration],
+) -> aiosqlite.Connection:
+    """The writer's connection to `path` (created 0600 if missing): WAL, checked, migrated."""
+    _check_sqlite_version()
+    if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+        raise StoreError(f"synchronous={synchronous!r}: use FULL (default), EXTRA or NORMAL")
+    _create_private(path)
+    try:
+        db = await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_s)
+    except sqlite3.Error as exc:
+        raise map_sqlite_error(exc, path) from exc
+    try:
+        await _configure(db, path, synchronous.upper(), max_bytes, busy_timeout_s)
+        if check:
+            await _quick_check(db, path)
+        await _migrate(db, path, migrations)
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+async def open_reader(path: str | Path, busy_timeout_s: float = 30.0) -> aiosqlite.Connection:
+    """A read-only connection (`mode=ro`) to an existing store at the current schema version.
+
+    It can never create, migrate or write the store; StoreMissing when there is no file.
+    """
+    _check_sqlite_version()
+    spath = require_existing(path)
+    uri = "file:" + quote(os.path.abspath(spath)) + "?mode=ro"
+    try:
+        db = await aiosqlite.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout_s)
+    except sqlite3.Error as exc:
+        raise map_sqlite_error(exc, spath) from exc
+    try:
+        version = int(await scalar(db, "PRAGMA user_version"))
+    except sqlite3.Error as exc:
+        await db.close()
+        raise map_sqlite_error(exc, spath) from exc
+    latest = MIGRATIONS[-1][0]
+    if version < latest:
+        await db.close()
+        what = "is not an edge-agent store" if version == 0 else f"has schema version {version}"
+        raise StoreError(
+            f"Store {spath}: {what} (this edge-agent reads version {latest}); a read-only command "
+            "never migrates: run `edge-agent run` or an import against it first."
+        )
+    return db
+
+
+async def _configure(
+    db: aiosqlite.Connection, path: str, synchronous: str, max_bytes: int | None, busy_timeout_s: float
+) -> None:
+    try:
+        if await scalar(db, "PRAGMA page_count") == 0:
+            # Must precede the first table: lets retention give pages back without a full VACUUM.
+            await db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        mode = await _switch_to_wal(db, busy_timeout_s)
+        if str(mode).lower() != "wal":
+            raise StoreError(f"Store {path}: cannot switch to WAL mode (got {mode})")
+        await db.execute(f"PRAGMA synchronous={synchronous}")
+        await db.execute("PRAGMA foreign_keys=ON")
+        if max_bytes is not None:
+            page = int(await scalar(db, "PRAGMA page_size"))
+            await db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
+    except sqlite3.Error as exc:
+        raise map_sqlite_error(exc, path) from exc
+
+
+async def _switch_to_wal(db: aiosqlite.Connection, busy_timeout_s: float) -> Any:
+    """`PRAGMA journal_mode=WAL`, retried while another process switches the same fresh file
+    (SQLite reports that as `database is locked` at once, without waiting for the busy timeout)."""
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            return await scalar(db, "PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(0.01)
+
+
+async def _quick_check(db: aiosqlite.Connection, path: str) -> None:
+    try:
+        rows = await db.execute_fetchall("PRAGMA quick_check")
+    except sqlite3.Error as exc:
+        raise map_sqlite_error(exc, path) from exc
+    problems = [r[0] for r in rows if r[0] != "ok"]
+    if problems:
+        raise StoreCorrupt(f"Store {path}: quick_check failed: {'; '.join(problems[:5])}")
+
+
+async def _migrate(db: aiosqlite.Connection, path: str, migrations: Sequence[Migration]) -> None:
+    """Apply the missing migrations, each in its own transaction. The version is read under the
+    write lock (BEGIN IMMEDIATE), so two processes opening one fresh store never both migrate."""
+    while (step := await _next_migration(db, path, migrations)) is not None:
+        number, title, statements = step
+        try:
+            for stmt in statements:
+                await db.execute(stmt)
+            await db.execute(f"PRAGMA user_version={int(number)}")
+            await db.commit()
+        except sqlite3.Error as exc:
+            await rollback_quietly(db)
+            raise StoreError(f"Store {path}: migration {number} ({title}) failed: {exc}") from exc
+        log.info("store migrated path=%s version=%d title=%r", path, number, title)
+
+
+async def _next_migration(
+    db: aiosqlite.Connection, path: str, migrations: Sequence[Migration]
+) -> Migration | None:
+    """BEGIN IMMEDIATE and the first migration above the stored version (the transaction stays
+    open for it), or None (committed: nothing to do)."""
+    try:
+        await db.execute("BEGIN IMMEDIATE")
+        version = int(await scalar(db, "PRAGMA user_version"))
+    except sqlite3.Error as exc:
+        await rollback_quietly(db)
+        raise map_sqlite_error(exc, path) from exc
+    todo = [m for m in migrations if m[0] > version]
+    if todo:
+        return todo[0]
+    await db.commit()
+    return None
+
+
+class WriteTransaction:
+    """`async with WriteTransaction(db, path):` BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error.
+
+    sqlite3 errors leave as StoreErrors. The caller holds the store's lock around it.
+    """
+
+    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+        self.db = db
+        self.path = path
+
+    async def __aenter__(self) -> None:
+        try:
+            await self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise map_sqlite_error(exc, self.path) from exc
+
+    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if et is None:
+            try:
+                await self.db.commit()
+                return
+            except sqlite3.Error as err:
+                await rollback_quietly(self.db)
+                raise map_sqlite_error(err, self.path) from err
+        await rollback_quietly(self.db)
+        if isinstance(exc, sqlite3.Error):
+            raise map_sqlite_error(exc, self.path) from exc
+
+
+async def rollback_quietly(db: aiosqlite.Connection) -> None:
+    try:
+        await db.rollback()
+    except sqlite3.Error as exc:  # the connection may already have rolled back (e.g. SQLITE_FULL)
+        log.debug("rollback after failure also failed: %s", exc)

@@ -1,0 +1,92 @@
+"""The store's read side: `await Reader.open(path)` on its own read-only SQLite connection.
+
+Reports, boots, pending, live state, outbox counts, the prune plan, the size budget and what
+pollers need at start. Opened with `mode=ro`: it never creates, migrates, writes or locks a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from agent.config.retention import RetentionSettings
+from agent.store import budget, report
+from agent.store.connection import open_reader
+from agent.store.outbox import UpstreamCounts, upstream_counts
+from agent.store.prune_plan import StagePlan, plan_on
+
+
+class Reader:
+    """Read-only queries of one existing store. Close with `await close()` (or `async with`)."""
+
+    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+        self._db = db
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: str | Path) -> Reader:
+        """StoreMissing (naming the path, creating nothing) when there is no store at `path`."""
+        return cls(await open_reader(path), str(path))
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def __aenter__(self) -> Reader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- the report ---------------------------------------------------------------
+
+    async def summary(self) -> dict[str, int]:
+        return await report.summary(self._db)
+
+    def events(self, sort: str = "id") -> AsyncIterator[dict[str, Any]]:
+        return report.events(self._db, sort)
+
+    def arrivals(self) -> AsyncIterator[dict[str, Any]]:
+        return report.arrivals(self._db)
+
+    def boots(self) -> AsyncIterator[dict[str, Any]]:
+        return report.boots(self._db)
+
+    def anomalies(self, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
+        return report.anomalies(self._db, gaps=gaps)
+
+    def pending(self) -> AsyncIterator[dict[str, Any]]:
+        return report.pending(self._db)
+
+    # --- the running service and the outbox ------------------------------------------
+
+    async def live_state(self, name: str) -> tuple[str, str] | None:
+        """(updated_at, state JSON) of `name`, or None when no service has written it."""
+        found = list(
+            await self._db.execute_fetchall(
+                "SELECT updated_at, state FROM live_state WHERE name = ?", (name,)
+            )
+        )
+        return (str(found[0][0]), str(found[0][1])) if found else None
+
+    async def outbox_counts(self) -> list[UpstreamCounts]:
+        return await upstream_counts(self._db)
+
+    async def last_live_boots(self) -> dict[str, str]:
+        """Per device, the latest boot id first seen live (where a poller resumes from)."""
+        found = await self._db.execute_fetchall(
+            "SELECT device, last_live_boot FROM device_state WHERE last_live_boot IS NOT NULL"
+        )
+        return {str(r[0]): str(r[1]) for r in found}
+
+    # --- retention and size -----------------------------------------------------------
+
+    async def prune_plan(self, settings: RetentionSettings, now: datetime) -> dict[str, StagePlan]:
+        """What `prune` would remove at `now` and why the rest of the old data stays."""
+        return await plan_on(self._db, settings, now)
+
+    async def measure(self, now: datetime, max_bytes: int | None = None) -> budget.SizeFacts:
+        return await budget.measure_on(self._db, self.path, now, max_bytes)
