@@ -78,3 +78,12 @@ def test_a_forbidden_import_breaks_the_contract_that_names_it(
     out = _lint(tree)
     assert out.returncode != 0
     assert f"{contract} BROKEN" in out.stdout, out.stdout
+
+
+def test_docs_architecture_lists_every_contract() -> None:
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [c["name"] for c in contracts if c["name"] not in page]
+    assert not missing, f"docs/architecture.md does not name these contracts: {missing}"
