@@ -1,5 +1,8 @@
 """Poller benchmark: prints one JSON line.
 
+It measures the agent's own pollers and recorder and must not change agent code to do so:
+polls are counted by wrapping each source's ``poll``.
+
 For each N in --n (default 10, 50, 200) simulated Modbus controllers (plus --m OPC UA
 controllers) polled at --hz (10), in one run:
 
@@ -11,7 +14,7 @@ controllers) polled at --hz (10), in one run:
 Figures: polls/s asked and achieved (agent and baseline) and their ratio, the agent's CPU
 share (process CPU time / wall time; the simulators run in subprocesses, so they are not
 counted) and transition-to-commit latency p50/p99 (commit time minus the transition's source
-time, both from this machine's clock). Targets (issue 4): ratio >= 0.7, and p99 under one
+time, both from this machine's clock). Targets: ratio >= 0.7, and p99 under one
 poll interval + 50 ms at N = 50.
 """
 

@@ -1,12 +1,14 @@
 """Backlog drain benchmark: events/s from the outbox to Mosquitto and to the recording receiver.
 
-Prints ONE JSON line. A backlog of N events is recorded (synchronous=FULL),
-then drained by the real forwarder (claim, encode, publish, settle) to the
-local Mosquitto (one event per message, QoS 1, 100 in flight) and to the
-recording HTTP receiver (a subprocess; batches of 500). In the same run, the
-baselines send the same messages with no store at all: a bare aiomqtt QoS 1
-publish loop with the same window, and a bare aiohttp POST loop of the same
-batches. Peak RSS is sampled from /proc during each drain.
+Prints ONE JSON line; it drives the real store and forwarder and must not change them.
+
+A backlog of N events is recorded (synchronous=FULL), then drained by the real
+forwarder (claim, encode, publish, settle) to the local Mosquitto (one event per
+message, QoS 1, 100 in flight) and to the recording HTTP receiver (a subprocess;
+batches of 500). In the same run, the baselines send the same messages with no
+store at all: a bare aiomqtt QoS 1 publish loop with the same window, and a bare
+aiohttp POST loop of the same batches. Peak RSS is sampled from /proc during each
+drain. `--sinks` picks the drains (and their baselines) to run.
 
     python bench/replay.py                 # 100,000 events
     python bench/replay.py --events 1000000
