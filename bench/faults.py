@@ -1,5 +1,7 @@
 """The long form of the fault suite: prints one JSON line.
 
+It only repeats the campaigns of `tests/faults/harness.py`; it must not define checks of its own.
+
     python bench/faults.py --kills 200            # kill -9 at random points, then the checker
     python bench/faults.py --stops 20             # SIGTERM during a drain, 20 times
     python bench/faults.py --kills 200 --stops 20 --seed 3
