@@ -15,6 +15,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash
+from agent.core.decide import BootSighting
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,23 +78,11 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class BootSeen:
-    """A boot id read straight from a controller (the store makes BootObserved of new ones)."""
-
-    device: str
-    boot_id: str
-    seen_at: str
-    source_ts: str | None
-    live: bool
-    evidence: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
 class Observations:
     """What one snapshot adds: deliveries (ring entries first, oldest first), boots, anomalies."""
 
     deliveries: tuple[Delivery, ...] = ()
-    boots: tuple[BootSeen, ...] = ()
+    boots: tuple[BootSighting, ...] = ()
     anomalies: tuple[Anomaly, ...] = ()
     torn: bool = False
     notes: tuple[str, ...] = ()

@@ -8,7 +8,7 @@ not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core
   duplicate, which is correct. A counter of 0 means "no transition yet in this boot" and is
   never delivered (also not from the ring: after a 16-bit wrap the transition that lands on 0
   is said by the ``wrap`` anomaly, not stored under an id that means "none").
-* **Boot change.** A new boot id read from the controller is a :class:`BootSeen` with evidence
+* **Boot change.** A new boot id read from the controller is a ``BootSighting`` with evidence
   (which register or node, the previous value, OPC UA ``ServerStatus/StartTime``). Counters of
   a boot seen starting while we watched start from 0, so a first read of T3 there means T1, T2
   were missed. A device without a readable boot id gets deliveries without one
@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent.core.contract import Anomaly, Delivery
+from agent.core.decide import BootSighting
 from agent.core.snapshot import (
-    BootSeen,
     ChannelRead,
     Observations,
     RingItem,
@@ -128,9 +128,9 @@ class DeviceTracker:
 
     # --- boot: restart evidence, a new boot id, counters of a new boot ---------------------------
 
-    def _boot(self, snap: Snapshot, notes: list[str]) -> list[BootSeen]:
+    def _boot(self, snap: Snapshot, notes: list[str]) -> list[BootSighting]:
         restarted = self._server_restarted(snap, notes)
-        out: list[BootSeen] = []
+        out: list[BootSighting] = []
         if snap.boot_id is not None and snap.boot_id != self.last_boot:
             out.append(self._boot_seen(snap, snap.boot_id, restarted, notes))
             self.last_boot = snap.boot_id
@@ -152,7 +152,7 @@ class DeviceTracker:
             )
         return restarted
 
-    def _boot_seen(self, snap: Snapshot, boot: str, restarted: bool, notes: list[str]) -> BootSeen:
+    def _boot_seen(self, snap: Snapshot, boot: str, restarted: bool, notes: list[str]) -> BootSighting:
         """A boot id other than the last one, with the evidence of where and how it was read."""
         previous = self.last_boot
         where = ", ".join(f"{k} {v}" for k, v in snap.boot_where.items()) or "boot id"
@@ -169,7 +169,7 @@ class DeviceTracker:
             evidence["server_start_time"] = snap.start_time
             if restarted:
                 evidence["previous_server_start_time"] = self.last_start_time
-        return BootSeen(self.device, boot, snap.read_at, None, True, evidence)
+        return BootSighting(self.device, boot, snap.read_at, None, True, dict(evidence))
 
     def _reset_counters(self, snap: Snapshot) -> None:
         """On a boot change: counters of a boot we saw begin start at 0, else unknown until read."""

@@ -7,7 +7,7 @@ comes from batching, not from weaker durability, and at most one transaction is 
 While a commit runs, new observations queue up and form the next batch by themselves: there
 is no timer to tune, and a single observation is committed at once when nothing else waits.
 
-Boot ids read from a controller (``BootSeen``) go into the same transaction as the batch;
+Boot ids read from a controller (``BootSighting``) go into the same transaction as the batch;
 the store takes them before the boots that deliveries carry, so a BootObserved record keeps
 the real evidence (register or node, previous value, OPC UA StartTime) rather than "first
 seen in a live delivery".
@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent.core.contract import Delivery, format_timestamp
-from agent.core.decide import BootSighting, Outcome
+from agent.core.decide import Outcome
 from agent.core.errors import StoreError
 from agent.core.snapshot import Observations
 from agent.store.store import Store
@@ -157,11 +157,7 @@ class Recorder:
         """Record one batch in one transaction. Returns the outcomes."""
         deliveries: list[Delivery] = [d for obs in batch for d in obs.deliveries]
         anomalies = [a for obs in batch for a in obs.anomalies]
-        sightings = [
-            BootSighting(b.device, b.boot_id, b.seen_at, b.source_ts, b.live, dict(b.evidence))
-            for obs in batch
-            for b in obs.boots
-        ]
+        sightings = [b for obs in batch for b in obs.boots]
         outcomes: list[Outcome] = []
         if deliveries or anomalies or sightings:
             outcomes = await self.store.record(

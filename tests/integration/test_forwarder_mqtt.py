@@ -151,7 +151,11 @@ async def test_events_reach_the_machine_broker_and_are_marked_on_puback(store: S
         async def all_there() -> bool:
             return len(sub.distinct()) == 122 and await delivered_count(store) == 122
 
+        async def accounted() -> bool:  # the forwarder counts after the settle has committed
+            return fwd.state.delivered == 122
+
         await eventually(all_there)
+        await eventually(accounted)
         assert fwd.state.up is True
     assert first_seen(sub.messages) == expected_order(site, 120)
     topics = {t for t, e in sub.messages if e["id"] == "B17:1"}
