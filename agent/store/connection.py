@@ -252,3 +252,18 @@ async def rollback_quietly(db: aiosqlite.Connection) -> None:
         await db.rollback()
     except sqlite3.Error as exc:  # the connection may already have rolled back (e.g. SQLITE_FULL)
         log.debug("rollback after failure also failed: %s", exc)
+
+
+class WriterConnection:
+    """The writer's connection, its lock and its transactions: what the store's writing parts share.
+
+    Hold `lock` around every use of `db`; `transaction()` is BEGIN IMMEDIATE ... COMMIT inside it.
+    """
+
+    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+        self.db = db
+        self.path = path
+        self.lock = asyncio.Lock()
+
+    def transaction(self) -> WriteTransaction:
+        return WriteTransaction(self.db, self.path)

@@ -28,15 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiosqlite
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.core.send_outcome import SendOutcome, Verdict
-
-if TYPE_CHECKING:
-    from agent.store.store import Store
+from agent.store.connection import WriterConnection
 
 _CLAIM = """
 SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at,
@@ -72,20 +70,20 @@ class UpstreamCounts:
 
 
 class Outbox:
-    """Outbox operations on an open `Store` (its connection, lock and transactions)."""
+    """Outbox operations on the store's writer connection (its lock and transactions)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: WriterConnection) -> None:
         self.store = store
 
     async def claim(self, upstream: str, limit: int) -> list[Entry]:
         """The first `limit` pending rows of `upstream`, in insertion order, with `attempts + 1` committed."""
         store = self.store
-        async with store._lock:
+        async with store.lock:
             rows = await store.db.execute_fetchall(_CLAIM, (upstream, limit))
             if not rows:
                 return []
             ids = [(r[0],) for r in rows]
-            async with store._transaction():
+            async with store.transaction():
                 await store.db.executemany(
                     "UPDATE outbox SET attempts = attempts + 1 WHERE outbox_id = ? AND state = 'pending'", ids
                 )
@@ -97,7 +95,7 @@ class Outbox:
         refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
         retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
         store = self.store
-        async with store._lock, store._transaction():
+        async with store.lock, store.transaction():
             if delivered:
                 await store.db.executemany(
                     "UPDATE outbox SET state = 'delivered', sent_at = ?"
@@ -115,7 +113,7 @@ class Outbox:
 
     async def last_pending_id(self, upstream: str) -> int:
         """The newest pending row's id (0 when none): the end of the backlog right now."""
-        async with self.store._lock:
+        async with self.store.lock:
             rows = await self.store.db.execute_fetchall(
                 "SELECT max(outbox_id) FROM outbox WHERE upstream = ? AND state = 'pending'", (upstream,)
             )
@@ -123,13 +121,13 @@ class Outbox:
 
     async def counts(self) -> list[UpstreamCounts]:
         """Per registered upstream (and any upstream that still has rows): counts kept apart."""
-        async with self.store._lock:
+        async with self.store.lock:
             return await upstream_counts(self.store.db)
 
     async def deliver_all_pending(self, upstream: str, sent_at: str) -> int:
         """Mark every pending row of `upstream` delivered, as if it had acknowledged them all
         (benchmarks and tests stand in for a forwarder with it). Returns the rows changed."""
-        async with self.store._lock, self.store._transaction():
+        async with self.store.lock, self.store.transaction():
             cur = await self.store.db.execute(
                 "UPDATE outbox SET state = 'delivered', sent_at = ? WHERE upstream = ? AND state = 'pending'",
                 (sent_at, upstream),
@@ -139,7 +137,7 @@ class Outbox:
     async def retry_rejected(self, upstream: str | None = None, ids: Sequence[int] = ()) -> int:
         """Put dead letters back in the queue (all, one upstream's, or the given outbox ids)."""
         where, params = _scope(upstream, ids)
-        async with self.store._lock, self.store._transaction():
+        async with self.store.lock, self.store.transaction():
             cur = await self.store.db.execute(
                 f"UPDATE outbox SET state = 'pending' WHERE state = 'rejected'{where}", params
             )
@@ -155,7 +153,7 @@ class Outbox:
         if until is not None:
             sql += " AND created_at < ?"
             params.append(until)
-        async with self.store._lock, self.store._transaction():
+        async with self.store.lock, self.store.transaction():
             cur = await self.store.db.execute(sql, params)
             return int(cur.rowcount)
 

@@ -28,7 +28,6 @@ never an error, so a conflict never rolls back its arrival.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -37,7 +36,7 @@ import aiosqlite
 from agent.core import decide
 from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.store.batch import record_batch
-from agent.store.connection import WriteTransaction, open_writer
+from agent.store.connection import WriterConnection, WriteTransaction, open_writer
 from agent.store.outbox import Outbox
 from agent.store.schema import MIGRATIONS, Migration
 
@@ -59,9 +58,10 @@ class Store:
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
         self.db = db
         self.path = path
-        self._lock = asyncio.Lock()
+        self._writer = WriterConnection(db, path)
+        self._lock = self._writer.lock
         self._upstreams: list[str] = []
-        self.outbox = Outbox(self)
+        self.outbox = Outbox(self._writer)
 
     @classmethod
     async def open(
@@ -103,7 +103,7 @@ class Store:
 
     def _transaction(self) -> WriteTransaction:
         """BEGIN IMMEDIATE ... COMMIT on the writer's connection; hold `_lock` around it."""
-        return WriteTransaction(self.db, self.path)
+        return self._writer.transaction()
 
     async def _upstream_names(self) -> list[str]:
         return [r[0] for r in await self.db.execute_fetchall("SELECT name FROM upstreams")]

@@ -24,7 +24,6 @@ from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.service.forwarder import Forwarder, build_sink
 from agent.store import report
-from agent.store.outbox import Outbox
 from agent.store.store import Store
 from devices.upstream import Receiver
 
@@ -132,7 +131,7 @@ async def test_outage_then_reconnect_drains_the_backlog_in_order_with_stable_ids
 
         # Counts kept apart: source events, arrivals, delivery attempts.
         summary = await report.summary(store.db)
-        counts = {c.upstream: c for c in await Outbox(store).counts()}[UP]
+        counts = {c.upstream: c for c in await store.outbox.counts()}[UP]
         assert summary["source_events"] == canonical == 390
         assert summary["arrivals"] == 390 + 30
         assert summary["delivery_attempts"] == counts.attempts > counts.delivered == canonical + 2
