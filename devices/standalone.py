@@ -1,4 +1,4 @@
-"""Command line of the simulated plant (``python -m devices``, later ``edge-agent simulate``).
+"""A simulated plant run as a process: what ``python -m devices`` / ``edge-agent simulate`` do.
 
 Output contract, for people and for tests that start the plant as a subprocess:
 
@@ -8,19 +8,20 @@ Output contract, for people and for tests that start the plant as a subprocess:
   ``{transition: PUMP-07/Trip, state: 1}`` or ``{restart: PUMP-07}``, answered by one line
   ``OK {json}`` (the controllers' boot ids, counters and ring heads) or ``ERR message``.
 
-It runs until SIGTERM or SIGINT (or, with ``--commands``, until stdin closes).
+It runs until SIGTERM or SIGINT (or, with ``--commands``, until stdin closes). The options are
+parsed in ``devices.cli``; this module imports the protocol stacks, so only a run loads it.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -33,62 +34,55 @@ from devices.plant import Plant
 from devices.scenario import Step, controller_from_dict, load_scenario, parse_step
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m devices", description="Run simulated PLCs over Modbus TCP and OPC UA."
-    )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument(
-        "--modbus-port", type=int, default=15020, help="first Modbus port (one per controller); 0 = free"
-    )
-    p.add_argument("--opcua-port", type=int, default=48400, help="OPC UA port; 0 = free")
-    p.add_argument("--no-modbus", action="store_true")
-    p.add_argument("--no-opcua", action="store_true")
-    p.add_argument(
-        "--controllers", nargs="+", default=["PUMP-07"], metavar="NAME", help="ignored with --scenario"
-    )
-    p.add_argument("--channels", nargs="+", default=["Trip"], metavar="NAME")
-    p.add_argument("--counter-bits", type=int, choices=(16, 32), default=32)
-    p.add_argument("--boot-id", choices=("counter", "random32", "none"), default="counter")
-    p.add_argument("--boot-id-start", type=int, default=17)
-    p.add_argument("--ring", type=int, default=8, help="ring buffer slots (Modbus: at most 10)")
-    p.add_argument("--word-order", choices=("big", "little"), default="big")
-    p.add_argument("--poll", default="250ms", help="poll interval written into the config snippet")
-    p.add_argument("--seed", type=int, default=0)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--scenario", type=Path, help="YAML scenario: controllers and steps")
-    mode.add_argument("--random", type=float, metavar="RATE", help="random transitions per second")
-    p.add_argument("--commands", action="store_true", help="read scenario steps from stdin, one per line")
-    p.add_argument("--pki", type=Path, help="directory for test certificates: offer Basic256Sha256 endpoints")
-    p.add_argument(
-        "--user", action="append", default=[], metavar="NAME:PASSWORD", help="disables anonymous login"
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the READY line")
-    return p
+@dataclass(frozen=True)
+class SimulateOptions:
+    """What the command line asked for: one field per option of ``devices.cli.simulate``."""
+
+    host: str
+    modbus_port: int
+    opcua_port: int
+    no_modbus: bool
+    no_opcua: bool
+    controllers: tuple[str, ...]
+    channels: tuple[str, ...]
+    counter_bits: int
+    boot_id: str
+    boot_id_start: int
+    ring: int
+    word_order: Literal["big", "little"]
+    poll: str
+    seed: int
+    scenario: Path | None
+    random: float | None
+    commands: bool
+    pki: Path | None
+    user: tuple[str, ...]
+    quiet: bool
 
 
-def _controllers(args: argparse.Namespace) -> tuple[list[Controller], list[Step]]:
-    if args.scenario:
-        scenario = load_scenario(args.scenario.read_text())
+def _controllers(options: SimulateOptions) -> tuple[list[Controller], list[Step]]:
+    if options.scenario:
+        scenario = load_scenario(options.scenario.read_text())
         return scenario.controllers, scenario.steps
-    channels = [{"name": n, "counter_bits": args.counter_bits} for n in args.channels]
+    channels = [{"name": n, "counter_bits": options.counter_bits} for n in options.channels]
     spec = {
-        "boot_id": args.boot_id,
-        "boot_id_start": args.boot_id_start,
-        "ring": args.ring,
+        "boot_id": options.boot_id,
+        "boot_id_start": options.boot_id_start,
+        "ring": options.ring,
         "channels": channels,
     }
     ctrls = [
-        controller_from_dict({"name": n, **spec}, seed=args.seed + i) for i, n in enumerate(args.controllers)
+        controller_from_dict({"name": n, **spec}, seed=options.seed + i)
+        for i, n in enumerate(options.controllers)
     ]
     return ctrls, []
 
 
-async def _security(args: argparse.Namespace) -> OpcUaSecurity | None:
-    users = dict(u.split(":", 1) for u in args.user)
-    if not args.pki:
+async def _security(options: SimulateOptions) -> OpcUaSecurity | None:
+    users = dict(u.split(":", 1) for u in options.user)
+    if not options.pki:
         return OpcUaSecurity(users=users) if users else None
-    pki = await make_test_pki(args.pki)
+    pki = await make_test_pki(options.pki)
     return OpcUaSecurity(
         policies=("None", "Basic256Sha256_Sign", "Basic256Sha256_SignAndEncrypt"),
         certificate=pki.server.certificate,
@@ -158,16 +152,16 @@ async def _commands(plant: Plant, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def run(args: argparse.Namespace) -> int:
-    controllers, steps = _controllers(args)
+async def run(options: SimulateOptions) -> int:
+    controllers, steps = _controllers(options)
     plant = Plant(
         controllers,
-        host=args.host,
-        modbus_port=None if args.no_modbus else args.modbus_port,
-        opcua_port=None if args.no_opcua else args.opcua_port,
-        word_order=args.word_order,
-        security=await _security(args),
-        poll=args.poll,
+        host=options.host,
+        modbus_port=None if options.no_modbus else options.modbus_port,
+        opcua_port=None if options.no_opcua else options.opcua_port,
+        word_order=options.word_order,
+        security=await _security(options),
+        poll=options.poll,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -175,29 +169,21 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     async with plant:
         print("READY " + json.dumps({"pid": os.getpid(), **plant.endpoints()}), flush=True)
-        if not args.quiet:
+        if not options.quiet:
             print(describe(plant), flush=True)
         tasks: list[asyncio.Task[Any]] = []
         async with asyncio.TaskGroup() as tg:
             if steps:
                 tasks.append(tg.create_task(plant.run_steps(steps), name="scenario"))
-            if args.random:
+            if options.random:
                 tasks.append(
                     tg.create_task(
-                        plant.run_random(args.random, seed=args.seed, stop=stop), name="random-load"
+                        plant.run_random(options.random, seed=options.seed, stop=stop), name="random-load"
                     )
                 )
-            if args.commands:
+            if options.commands:
                 tasks.append(tg.create_task(_commands(plant, stop), name="commands"))
             await stop.wait()
             for task in tasks:
                 task.cancel()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except KeyboardInterrupt:
-        return 130
