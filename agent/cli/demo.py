@@ -14,6 +14,7 @@ import click
 import devices.cli  # only click: the simulators' protocol stacks load when `simulate` runs
 from agent.cli.context import run_async
 from agent.cli.records import print_tables
+from agent.core.wording import counted
 from agent.store.reader import Reader
 
 simulate_cmd: click.Command = devices.cli.simulate
@@ -54,8 +55,9 @@ def demo_cmd(keep: str | None) -> None:
     up = result["upstream"]
     click.echo("")
     click.echo(
-        f"upstream (embedded HTTP receiver): {up['events']} events received in {up['requests']} requests,"
-        f" {up['distinct']} distinct ids, {up['redeliveries']} redeliveries (at least once, stable ids)"
+        f"upstream (embedded HTTP receiver): {counted(up['events'], 'event')} received in"
+        f" {counted(up['requests'], 'request')}, {counted(up['distinct'], 'distinct id')},"
+        f" {counted(up['redeliveries'], 'redelivery', 'redeliveries')} (at least once, stable ids)"
     )
     click.echo(f"demo finished in {result['seconds']} s. The store: {result['store']}")
     click.echo(f"  try: edge-agent --db {result['store']} report --sort state")
