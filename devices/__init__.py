@@ -6,15 +6,17 @@ the agent that polls them. See docs/devices.md for the register map and node lay
 
 from __future__ import annotations
 
+from typing import NoReturn
 
-def cli_main(argv: list[str] | None = None) -> int:
-    """Run a simulated plant until SIGTERM/SIGINT (``python -m devices --help``).
+
+def cli_main(argv: list[str] | None = None) -> NoReturn:
+    """Run a simulated plant until SIGTERM/SIGINT and exit with its code (``python -m devices --help``).
 
     Imported lazily so that ``import devices`` stays cheap (asyncua alone costs ~48 MiB).
     """
     from devices.cli import main
 
-    return main(argv)
+    main(argv)
 
 
 __all__ = ["cli_main"]

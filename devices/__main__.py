@@ -1,7 +1,8 @@
-"""``python -m devices ...``: run a simulated plant standalone."""
+"""``python -m devices ...``: run a simulated plant standalone.
 
-import sys
+Only the entry point: the options are in ``devices.cli``, the running plant in ``devices.standalone``.
+"""
 
 from devices import cli_main
 
-sys.exit(cli_main())
+cli_main()

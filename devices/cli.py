@@ -1,203 +1,174 @@
-"""Command line of the simulated plant (``python -m devices``, later ``edge-agent simulate``).
+"""The simulated plant's command line: one click command, ``python -m devices`` and ``edge-agent simulate``.
 
-Output contract, for people and for tests that start the plant as a subprocess:
-
-* line 1: ``READY {json}`` with the bound endpoints (ports are real even with port 0) and pid;
-* then, for people: the endpoints, the register map and the agent config snippet (YAML);
-* with ``--commands``: each stdin line is one scenario step in YAML flow style, e.g.
-  ``{transition: PUMP-07/Trip, state: 1}`` or ``{restart: PUMP-07}``, answered by one line
-  ``OK {json}`` (the controllers' boot ids, counters and ring heads) or ``ERR message``.
-
-It runs until SIGTERM or SIGINT (or, with ``--commands``, until stdin closes).
+Only option parsing and help live here, and it imports nothing heavier than click: the protocol
+stacks load when the command runs (``devices.standalone``). It must never import ``agent``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
-import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-import yaml
+import click
 
-from devices.controller import Controller
-from devices.modbus_map import RegisterMap
-from devices.opcua_nodes import NAMESPACE
-from devices.opcua_server import OpcUaSecurity
-from devices.pki import make_test_pki
-from devices.plant import Plant
-from devices.scenario import Step, controller_from_dict, load_scenario, parse_step
+MULTI_VALUE_OPTIONS = frozenset({"--controllers", "--channels"})
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m devices", description="Run simulated PLCs over Modbus TCP and OPC UA."
-    )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument(
-        "--modbus-port", type=int, default=15020, help="first Modbus port (one per controller); 0 = free"
-    )
-    p.add_argument("--opcua-port", type=int, default=48400, help="OPC UA port; 0 = free")
-    p.add_argument("--no-modbus", action="store_true")
-    p.add_argument("--no-opcua", action="store_true")
-    p.add_argument(
-        "--controllers", nargs="+", default=["PUMP-07"], metavar="NAME", help="ignored with --scenario"
-    )
-    p.add_argument("--channels", nargs="+", default=["Trip"], metavar="NAME")
-    p.add_argument("--counter-bits", type=int, choices=(16, 32), default=32)
-    p.add_argument("--boot-id", choices=("counter", "random32", "none"), default="counter")
-    p.add_argument("--boot-id-start", type=int, default=17)
-    p.add_argument("--ring", type=int, default=8, help="ring buffer slots (Modbus: at most 10)")
-    p.add_argument("--word-order", choices=("big", "little"), default="big")
-    p.add_argument("--poll", default="250ms", help="poll interval written into the config snippet")
-    p.add_argument("--seed", type=int, default=0)
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--scenario", type=Path, help="YAML scenario: controllers and steps")
-    mode.add_argument("--random", type=float, metavar="RATE", help="random transitions per second")
-    p.add_argument("--commands", action="store_true", help="read scenario steps from stdin, one per line")
-    p.add_argument("--pki", type=Path, help="directory for test certificates: offer Basic256Sha256 endpoints")
-    p.add_argument(
-        "--user", action="append", default=[], metavar="NAME:PASSWORD", help="disables anonymous login"
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the READY line")
-    return p
+def spread_multi_values(args: list[str], options: frozenset[str] = MULTI_VALUE_OPTIONS) -> list[str]:
+    """``--controllers A B`` becomes ``--controllers A --controllers B`` (click options take one value).
+
+    Every word after one of ``options`` up to the next word starting with ``-`` is a value of it.
+    """
+    spread: list[str] = []
+    current: str | None = None
+    values_taken = 0
+    for arg in args:
+        if arg.startswith("-"):
+            current, values_taken = (arg if arg in options else None), 0
+        elif current is not None:
+            if values_taken:
+                spread.append(current)
+            values_taken += 1
+        spread.append(arg)
+    return spread
 
 
-def _controllers(args: argparse.Namespace) -> tuple[list[Controller], list[Step]]:
-    if args.scenario:
-        scenario = load_scenario(args.scenario.read_text())
-        return scenario.controllers, scenario.steps
-    channels = [{"name": n, "counter_bits": args.counter_bits} for n in args.channels]
-    spec = {
-        "boot_id": args.boot_id,
-        "boot_id_start": args.boot_id_start,
-        "ring": args.ring,
-        "channels": channels,
-    }
-    ctrls = [
-        controller_from_dict({"name": n, **spec}, seed=args.seed + i) for i, n in enumerate(args.controllers)
-    ]
-    return ctrls, []
+class MultiValueCommand(click.Command):
+    """A click command whose MULTI_VALUE_OPTIONS take several words, as in ``--channels Trip Overload``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, spread_multi_values(args))
 
 
-async def _security(args: argparse.Namespace) -> OpcUaSecurity | None:
-    users = dict(u.split(":", 1) for u in args.user)
-    if not args.pki:
-        return OpcUaSecurity(users=users) if users else None
-    pki = await make_test_pki(args.pki)
-    return OpcUaSecurity(
-        policies=("None", "Basic256Sha256_Sign", "Basic256Sha256_SignAndEncrypt"),
-        certificate=pki.server.certificate,
-        private_key=pki.server.private_key,
-        trusted_dir=pki.trusted_dir,
-        users=users,
-    )
+@click.command(
+    "simulate",
+    cls=MultiValueCommand,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address the servers listen on.")
+@click.option(
+    "--modbus-port",
+    type=int,
+    default=15020,
+    show_default=True,
+    help="First Modbus TCP port, one port per controller; 0 picks free ports.",
+)
+@click.option(
+    "--opcua-port", type=int, default=48400, show_default=True, help="OPC UA port; 0 picks a free one."
+)
+@click.option("--no-modbus", is_flag=True, help="Serve no Modbus TCP (OPC UA only).")
+@click.option("--no-opcua", is_flag=True, help="Serve no OPC UA (Modbus TCP only).")
+@click.option(
+    "--controllers",
+    multiple=True,
+    default=["PUMP-07"],
+    show_default=True,
+    metavar="NAME...",
+    help="Names of the simulated controllers, e.g. --controllers PUMP-07 FAN-01. Ignored with --scenario.",
+)
+@click.option(
+    "--channels",
+    multiple=True,
+    default=["Trip"],
+    show_default=True,
+    metavar="NAME...",
+    help="Event channels of every controller, e.g. --channels Trip Overload.",
+)
+@click.option(
+    "--counter-bits",
+    type=click.Choice([16, 32]),
+    default=32,
+    show_default=True,
+    help="Width of each channel's transition counter (16 wraps at 65536).",
+)
+@click.option(
+    "--boot-id",
+    type=click.Choice(["counter", "random32", "none"]),
+    default="counter",
+    show_default=True,
+    help="How a controller numbers its boots: counting up, random, or no boot id at all.",
+)
+@click.option(
+    "--boot-id-start", type=int, default=17, show_default=True, help="First boot id of a counting controller."
+)
+@click.option(
+    "--ring", type=int, default=8, show_default=True, help="Ring buffer slots (Modbus: at most 10)."
+)
+@click.option(
+    "--word-order",
+    type=click.Choice(["big", "little"]),
+    default="big",
+    show_default=True,
+    help="Modbus word order of 32- and 64-bit values.",
+)
+@click.option(
+    "--poll",
+    default="250ms",
+    show_default=True,
+    help="Poll interval written into the printed config snippet.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the random boot ids and transitions."
+)
+@click.option(
+    "--scenario",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML scenario with the controllers and scripted steps (not with --random).",
+)
+@click.option(
+    "--random",
+    type=float,
+    metavar="RATE",
+    help="Random transitions per second, for load (not with --scenario).",
+)
+@click.option(
+    "--commands",
+    is_flag=True,
+    help="Read scenario steps from stdin, one per line, e.g. {transition: PUMP-07/Trip, state: 1}; "
+    "each is answered by one OK or ERR line.",
+)
+@click.option(
+    "--pki",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Directory for test certificates: also offer Basic256Sha256 endpoints, trust store DIR/trusted.",
+)
+@click.option(
+    "--user",
+    multiple=True,
+    metavar="NAME:PASSWORD",
+    help="OPC UA user (repeatable); any --user disables anonymous login.",
+)
+@click.option("--quiet", is_flag=True, help="Print only the READY line.")
+@click.pass_context
+def simulate(ctx: click.Context, /, **options: Any) -> None:
+    """Run simulated PLCs over Modbus TCP and OPC UA, to try the agent or a config against.
 
+    Prints a READY line with the bound endpoints as JSON, then the endpoints,
+    the register map and the agent config snippet (paste its devices: section
+    into your config). Runs until Ctrl-C or SIGTERM, or with --commands until
+    stdin closes.
 
-def status(plant: Plant) -> dict[str, Any]:
-    """What a test driving the plant over stdin needs to know after each step."""
-    return {
-        name: {
-            "boot_id": c.boot_id,
-            "head": c.head,
-            "channels": {s.name: c.channel(i).transition_id for i, s in enumerate(c.channels)},
-        }
-        for name, c in plant.controllers.items()
-    }
+    \b
+    Examples:
+      simulate --modbus-port 0 --opcua-port 0        # free ports, printed
+      simulate --controllers PUMP-07 FAN-01 --channels Trip Overload
+      simulate --boot-id none --no-opcua             # a controller without boot id
+      simulate --random 20                           # 20 transitions per second
+    """
+    if options["scenario"] is not None and options["random"] is not None:
+        raise click.UsageError("--scenario and --random cannot be used together.", ctx)
+    from devices import standalone  # the protocol stacks load only when a plant runs
 
-
-def describe(plant: Plant) -> str:
-    lines = ["Endpoints:"]
-    for name, mb in plant.modbus.items():
-        lines.append(
-            f"  {name}: modbus tcp://{mb.host}:{mb.port} unit {mb.unit} (word order {mb.map.word_order})"
-        )
-    if plant.opcua is not None:
-        lines.append(
-            f"  opcua: {plant.opcua.endpoint} namespace {NAMESPACE} "
-            f"(policies {', '.join(plant.opcua.security.policies)})"
-        )
-    for ctrl in plant.controllers.values():
-        m = RegisterMap(ctrl)
-        lines.append(f"Register map of {ctrl.name} (holding = input registers):")
-        lines.append(
-            "  0..1 boot id uint32" if ctrl.has_boot_id else "  no boot id (registers 0..1 unmapped)"
-        )
-        for i, spec in enumerate(ctrl.channels):
-            base = m.channel_register(i)
-            lines.append(
-                f"  {base} {spec.name}.transition_id uint{spec.counter_bits}, {base + 2} state uint16, "
-                f"{base + 3}..{base + 6} source time uint64 ms"
-            )
-        lines.append(
-            f"  {m.ring_register} ring head uint32, {m.ring_register + 2} capacity {ctrl.ring_capacity}, "
-            f"slots at {m.slots_register} x 12 registers "
-            f"(read {m.ring_read_count} registers from {m.ring_register})"
-        )
-    lines.append("Agent config snippet:")
-    lines.append(plant.config_yaml())
-    return "\n".join(lines)
-
-
-async def _commands(plant: Plant, stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while line := await reader.readline():
-        if not line.strip():
-            continue
-        try:
-            await plant.run_steps([parse_step(yaml.safe_load(line))])
-            print("OK " + json.dumps(status(plant)), flush=True)
-        except Exception as exc:  # a bad command must not kill the plant under test
-            print(f"ERR {type(exc).__name__}: {exc}", flush=True)
-    stop.set()
-
-
-async def run(args: argparse.Namespace) -> int:
-    controllers, steps = _controllers(args)
-    plant = Plant(
-        controllers,
-        host=args.host,
-        modbus_port=None if args.no_modbus else args.modbus_port,
-        opcua_port=None if args.no_opcua else args.opcua_port,
-        word_order=args.word_order,
-        security=await _security(args),
-        poll=args.poll,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with plant:
-        print("READY " + json.dumps({"pid": os.getpid(), **plant.endpoints()}), flush=True)
-        if not args.quiet:
-            print(describe(plant), flush=True)
-        tasks: list[asyncio.Task[Any]] = []
-        async with asyncio.TaskGroup() as tg:
-            if steps:
-                tasks.append(tg.create_task(plant.run_steps(steps), name="scenario"))
-            if args.random:
-                tasks.append(
-                    tg.create_task(
-                        plant.run_random(args.random, seed=args.seed, stop=stop), name="random-load"
-                    )
-                )
-            if args.commands:
-                tasks.append(tg.create_task(_commands(plant, stop), name="commands"))
-            await stop.wait()
-            for task in tasks:
-                task.cancel()
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return asyncio.run(run(args))
+        code = asyncio.run(standalone.run(standalone.SimulateOptions(**options)))
     except KeyboardInterrupt:
-        return 130
+        code = 130
+    ctx.exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Run the plant as ``python -m devices``; exits with its exit code (2 on a usage error)."""
+    sys.exit(simulate.main(args=argv, prog_name="python -m devices"))

@@ -16,6 +16,7 @@ from agent.config import loader as config
 from agent.config.store import DEFAULT_CONFIG
 from agent.core.errors import ConfigError, SourceUnavailable
 from agent.core.snapshot import Snapshot
+from agent.core.wording import counted
 
 
 @click.command("check")
@@ -48,8 +49,9 @@ def check(ctx: click.Context, config_path: str | None, probe: bool, timeout: flo
         sys.exit(EX_CONFIG)
     connections = sum(len(d.connections) for d in cfg.devices)
     click.echo(
-        f"{path}: OK: site {cfg.site}, gateway {cfg.gateway}, {len(cfg.devices)} devices "
-        f"({connections} connections), {len(cfg.upstreams)} upstreams, store {cfg.store.path}"
+        f"{path}: OK: site {cfg.site}, gateway {cfg.gateway}, {counted(len(cfg.devices), 'device')} "
+        f"({counted(connections, 'connection')}), {counted(len(cfg.upstreams), 'upstream')},"
+        f" store {cfg.store.path}"
     )
     if probe and not asyncio.run(_probe_all(cfg, timeout)):
         sys.exit(EX_UNAVAILABLE)

@@ -1,37 +1,24 @@
 """`edge-agent demo` and `edge-agent simulate`: the commands that reach the PLC simulators.
 
-The simulators (`devices/`) and the demo scenario are imported only when one of these runs,
-so the rest of the command line starts without them.
+The simulators' protocol stacks (`devices/`) and the demo scenario are imported only when one
+of these runs, so the rest of the command line starts without them.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 import click
 
+import devices.cli  # only click: the simulators' protocol stacks load when `simulate` runs
 from agent.cli.context import run_async
 from agent.cli.records import print_tables
+from agent.core.wording import counted
 from agent.store.reader import Reader
 
-
-@click.command(
-    "simulate",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def simulate_cmd(args: tuple[str, ...]) -> None:
-    """Run simulated PLCs (Modbus TCP + OPC UA) to try a config against; `simulate --help` for options.
-
-    The same as `python -m devices ...`: prints the endpoints, the register
-    map and the agent config snippet for the simulated controllers, and runs
-    until Ctrl-C or SIGTERM.
-    """
-    import devices  # the simulators are an independent peer; only the CLI reaches them
-
-    sys.exit(devices.cli_main(list(args)))
+simulate_cmd: click.Command = devices.cli.simulate
+"""`edge-agent simulate` is the simulator's own click command: its help and options are theirs."""
 
 
 @click.command("demo")
@@ -68,8 +55,9 @@ def demo_cmd(keep: str | None) -> None:
     up = result["upstream"]
     click.echo("")
     click.echo(
-        f"upstream (embedded HTTP receiver): {up['events']} events received in {up['requests']} requests,"
-        f" {up['distinct']} distinct ids, {up['redeliveries']} redeliveries (at least once, stable ids)"
+        f"upstream (embedded HTTP receiver): {counted(up['events'], 'event')} received in"
+        f" {counted(up['requests'], 'request')}, {counted(up['distinct'], 'distinct id')},"
+        f" {counted(up['redeliveries'], 'redelivery', 'redeliveries')} (at least once, stable ids)"
     )
     click.echo(f"demo finished in {result['seconds']} s. The store: {result['store']}")
     click.echo(f"  try: edge-agent --db {result['store']} report --sort state")

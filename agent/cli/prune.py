@@ -19,6 +19,7 @@ from agent.config.retention import RetentionSettings, check_order, horizon
 from agent.config.store import store_retention
 from agent.core.contract import ContractError, format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError
+from agent.core.wording import days_ahead
 from agent.store import budget
 from agent.store.prune import PruneTotals, prune
 
@@ -137,7 +138,7 @@ def _print(out: dict[str, Any]) -> None:
             f"{p['pages_freed']} pages given back; {p['batches']} batches, longest {p['longest_batch_ms']} ms"
         )
     s = out["size"]
-    fit = "unknown (no recent arrivals)" if s["days_that_fit"] is None else f"{s['days_that_fit']:.0f}"
+    fit = "unknown (no recent arrivals)" if s["days_that_fit"] is None else days_ahead(s["days_that_fit"])
     click.echo(
         f"store: {s['store_bytes']} bytes used of a {s['budget_bytes']} byte budget ({s['used_share']:.1%}); "
         f"filesystem free {s['fs_free_bytes']} bytes; days of history that fit at the current rate: {fit}"

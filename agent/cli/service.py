@@ -22,6 +22,7 @@ from agent.config.loader import load
 from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError, StoreError
+from agent.core.wording import days_ahead
 from agent.service import logs
 from agent.store import budget
 from agent.store.reader import Reader
@@ -181,7 +182,7 @@ def _store_lines(st: dict[str, Any]) -> list[str]:
     size, free = st["store_bytes"] / 1e6, st["fs_free_bytes"] / 1e9
     out = ["", f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB"]
     if st.get("days_that_fit") is not None:
-        out.append(f"  history that fits at the current rate: {st['days_that_fit']:.0f} days")
+        out.append(f"  history that fits at the current rate: {days_ahead(st['days_that_fit'])}")
     if st.get("warning"):
         out.append(f"  WARNING: {st['warning']}")
     if st.get("problem"):

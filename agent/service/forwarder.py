@@ -38,6 +38,7 @@ from agent.core.errors import StoreError
 from agent.core.records import Entry
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import SendOutcome, Verdict, rejected, retry
+from agent.core.wording import counted
 from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode
 from agent.sinks.http import HttpSink
@@ -192,9 +193,9 @@ class Forwarder:
             await asyncio.gather(task, stopping, return_exceptions=True)
         if task.cancelled():
             log.warning(
-                "drain of %.0fs over: %d events not acknowledged stay pending upstream=%s",
+                "drain of %.0fs over: %s not acknowledged stay pending upstream=%s",
                 drain.drain_s,
-                len(events),
+                counted(len(events), "event"),
                 self.upstream.name,
             )
             return [retry("stopped before the upstream acknowledged")] * len(events)

@@ -38,6 +38,7 @@ from agent.core.contract import format_timestamp
 from agent.core.decide import Outcome
 from agent.core.errors import StoreCorrupt
 from agent.core.live import ServiceLive
+from agent.core.wording import counted
 from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
 from agent.service.recorder import Recorder
@@ -187,7 +188,7 @@ class Service:
 
     def _announce_ready(self) -> None:
         self.ready.set()
-        sdnotify.notify(f"READY=1\nSTATUS=polling {len(self.cfg.devices)} devices")
+        sdnotify.notify(f"READY=1\nSTATUS=polling {counted(len(self.cfg.devices), 'device')}")
         log.info(
             "started devices=%d upstreams=%d store=%s pid=%d",
             len(self.cfg.devices),

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 
 from agent.core.contract import format_timestamp
+from agent.core.wording import days_ahead
 
 if TYPE_CHECKING:
     from agent.store.store import Store
@@ -81,8 +82,8 @@ def assess(f: SizeFacts, high_water: float, keep_days: float | None = None) -> B
         )
     elif fit is not None and keep_days is not None and fit < keep_days:
         warning = (
-            f"the budget holds {fit:.0f} days of history at the current rate, less than the "
-            f"{keep_days:g} days store.retention.payloads keeps"
+            f"the budget holds {days_ahead(fit)} of history at the current rate, less than the "
+            f"{keep_days:g} {'day' if keep_days == 1 else 'days'} store.retention.payloads keeps"
         )
     return Budget(live, budget, share, f.fs_free_bytes, rate, fit, days, warning)
 

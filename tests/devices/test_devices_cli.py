@@ -1,4 +1,4 @@
-"""``python -m devices`` as a subprocess: the READY line, stdin commands, SIGSTOP as a half-open link."""
+"""``python -m devices`` as a subprocess (READY line, stdin commands, SIGSTOP as a half-open link) and its options."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
+from click.testing import CliRunner
 from pymodbus.client import AsyncModbusTcpClient
 from pymodbus.exceptions import ModbusIOException
 
 import devices
+from devices.cli import simulate, spread_multi_values
 
 pytestmark = pytest.mark.timeout(30)
 ROOT = Path(devices.__file__).resolve().parent.parent
@@ -113,3 +117,41 @@ def test_cli_main_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
         devices.cli_main(["--help"])
     assert done.value.code == 0
     assert "--modbus-port" in capsys.readouterr().out
+
+
+def test_python_m_devices_help_teaches_every_option() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "devices", "--help"], capture_output=True, text=True, env=env, timeout=20
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage: python -m devices [OPTIONS]" in done.stdout
+    for param in simulate.params:
+        if isinstance(param, click.Option):
+            assert param.help, f"option {param.opts} of `python -m devices` has no help"
+            assert param.opts[0] in done.stdout
+
+
+def test_scenario_and_random_exclude_each_other(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("controllers: []\n")
+    result = CliRunner().invoke(simulate, ["--scenario", str(scenario), "--random", "5"])
+    assert result.exit_code == 2
+    assert "cannot be used together" in result.output
+
+
+@pytest.mark.parametrize(
+    ("argv", "spread"),
+    [
+        (["--controllers", "A", "B"], ["--controllers", "A", "--controllers", "B"]),
+        (
+            ["--channels", "Trip", "Overload", "--ring", "10", "--controllers", "A"],
+            ["--channels", "Trip", "--channels", "Overload", "--ring", "10", "--controllers", "A"],
+        ),
+        (["--host", "::1", "--controllers=A", "--quiet"], ["--host", "::1", "--controllers=A", "--quiet"]),
+    ],
+)
+def test_several_words_after_controllers_or_channels_are_its_values(
+    argv: list[str], spread: list[str]
+) -> None:
+    assert spread_multi_values(argv) == spread
