@@ -1,5 +1,5 @@
-"""What every command shares: the exit codes, the store context (writer or reader), and running
-a command's coroutine with our errors mapped to exit codes.
+"""What every command shares: the exit codes, the store context (writer or reader), running
+a command's coroutine with our errors mapped to exit codes, and the quiet end on a closed stdout.
 
 Never imports the click group (`agent.cli.main`) nor a command module.
 """
@@ -7,10 +7,13 @@ Never imports the click group (`agent.cli.main`) nor a command module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import select
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import click
 
@@ -26,6 +29,13 @@ EX_NOINPUT = 66  # a command that needs an existing store was pointed at none
 EX_UNAVAILABLE = 69  # `check --probe` could not read a device
 EX_IOERR = 74  # the store cannot be read or written (disk full, unwritable, damaged)
 EX_CONFIG = 78  # configuration error: the systemd unit does not restart on 78
+EX_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as the shell sees `head`'s producers
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 unexpected error, 2 usage, 66 no store at the path, 69 a device could not be "
+    "read, 74 the store could not be read or written, 78 configuration error, 141 the reader of the "
+    "output went away (e.g. `| head`): the command stopped writing quietly and closed the store."
+)
 
 T = TypeVar("T")
 
@@ -83,3 +93,39 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     except StoreError as exc:
         click.echo(f"edge-agent: {exc}", err=True)
         sys.exit(EX_IOERR)
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe or socket whose reader has closed (so a write would EPIPE)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def exit_closed_pipe() -> NoReturn:
+    """Stop writing: point stdout at /dev/null (the interpreter's last flush must not fail again)
+    and exit as a producer killed by SIGPIPE would, printing nothing on stderr."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    sys.exit(EX_PIPE)
+
+
+@contextlib.contextmanager
+def quiet_on_closed_stdout() -> Iterator[None]:
+    """Around a whole command: what it wrote is flushed inside, and a BrokenPipeError from a stdout
+    whose reader went away ends the process with EX_PIPE. Other broken pipes are raised as they are."""
+    try:
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        exit_closed_pipe()

@@ -2,16 +2,19 @@
 
 Only the group lives here; each command group is a module of its own (records, outbox, prune,
 service, check, certs, demo), and what they share is `agent.cli.context` (exit codes there).
+Every command runs inside one guard: output into a closed pipe ends it quietly with exit 141.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 from agent import __version__
 from agent.cli.certs import certs
 from agent.cli.check import check
-from agent.cli.context import Context
+from agent.cli.context import EXIT_CODES_HELP, Context, quiet_on_closed_stdout
 from agent.cli.demo import demo_cmd, simulate_cmd
 from agent.cli.outbox import outbox_cmd, replay_cmd
 from agent.cli.prune import prune_cmd
@@ -38,7 +41,26 @@ COMMANDS = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class EdgeAgentGroup(click.Group):
+    """The click group, with every command (and every --help) run inside `quiet_on_closed_stdout`,
+    before click's own closed-pipe handling would exit 1."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        with quiet_on_closed_stdout():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with quiet_on_closed_stdout():
+            return super().invoke(ctx)
+
+
+@click.group(
+    cls=EdgeAgentGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES_HELP,
+)
 @click.option(
     "--db",
     metavar="PATH",

@@ -10,7 +10,8 @@ import csv
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,14 @@ def import_cmd(obj: Context, file: str, as_json: bool, progress: bool | None, re
             click.echo(line)
 
 
-async def _collect(it: AsyncIterator[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+async def _collect(it: AsyncGenerator[dict[str, Any]], limit: int | None = None) -> list[dict[str, Any]]:
+    """Up to `limit` rows; the stream is closed before this returns (no cursor left open)."""
     out = []
-    async for row in it:
-        out.append(row)
-        if limit is not None and len(out) >= limit:
-            break
+    async with aclosing(it) as rows:
+        async for row in rows:
+            out.append(row)
+            if limit is not None and len(out) >= limit:
+                break
     return out
 
 
@@ -162,20 +165,21 @@ async def _write_json_report(reader: Reader, sort: str) -> None:
     """Stream the report as one JSON object, section by section (memory stays flat)."""
     w = sys.stdout.write
     w('{"summary": ' + json.dumps(await reader.summary()))
-    sections: list[tuple[str, AsyncIterator[dict[str, Any]]]] = [
-        ("events", reader.events(sort)),
-        ("arrivals", reader.arrivals()),
-        ("boots", reader.boots()),
-        ("gaps", reader.anomalies(gaps=True)),
-        ("anomalies", reader.anomalies(gaps=False)),
-        ("pending", reader.pending()),
+    sections: list[tuple[str, Callable[[], AsyncGenerator[dict[str, Any]]]]] = [
+        ("events", lambda: reader.events(sort)),
+        ("arrivals", reader.arrivals),
+        ("boots", reader.boots),
+        ("gaps", lambda: reader.anomalies(gaps=True)),
+        ("anomalies", lambda: reader.anomalies(gaps=False)),
+        ("pending", reader.pending),
     ]
-    for name, rows in sections:
+    for name, open_rows in sections:
         w(f', "{name}": [')
         first = True
-        async for row in rows:
-            w(("" if first else ", ") + json.dumps(row, ensure_ascii=False))
-            first = False
+        async with aclosing(open_rows()) as rows:
+            async for row in rows:
+                w(("" if first else ", ") + json.dumps(row, ensure_ascii=False))
+                first = False
         w("]")
     w("}\n")
 
@@ -184,8 +188,9 @@ async def _write_csv(reader: Reader, sort: str) -> None:
     writer = csv.writer(sys.stdout)
     cols = render.EVENT_COLUMNS
     writer.writerow([f for _, f in cols])
-    async for ev in reader.events(sort):
-        writer.writerow([render.cell(ev[f]) if f == "payload" else ev[f] for _, f in cols])
+    async with aclosing(reader.events(sort)) as events:
+        async for ev in events:
+            writer.writerow([render.cell(ev[f]) if f == "payload" else ev[f] for _, f in cols])
 
 
 @click.command("report")
@@ -260,7 +265,7 @@ async def print_tables(reader: Reader, sort: str, limit: int | None) -> None:
 def _list_records(
     obj: Context,
     as_json: bool,
-    rows_of: Callable[[Reader], AsyncIterator[dict[str, Any]]],
+    rows_of: Callable[[Reader], AsyncGenerator[dict[str, Any]]],
     columns: tuple[tuple[str, str], ...],
     empty: str,
     width: int = 48,

@@ -6,7 +6,7 @@ pollers need at start. Opened with `mode=ro`: it never creates, migrates, writes
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,19 +46,19 @@ class Reader:
     async def summary(self) -> dict[str, int]:
         return await report.summary(self._db)
 
-    def events(self, sort: str = "id") -> AsyncIterator[dict[str, Any]]:
+    def events(self, sort: str = "id") -> AsyncGenerator[dict[str, Any], None]:
         return report.events(self._db, sort)
 
-    def arrivals(self) -> AsyncIterator[dict[str, Any]]:
+    def arrivals(self) -> AsyncGenerator[dict[str, Any], None]:
         return report.arrivals(self._db)
 
-    def boots(self) -> AsyncIterator[dict[str, Any]]:
+    def boots(self) -> AsyncGenerator[dict[str, Any], None]:
         return report.boots(self._db)
 
-    def anomalies(self, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
+    def anomalies(self, *, gaps: bool) -> AsyncGenerator[dict[str, Any], None]:
         return report.anomalies(self._db, gaps=gaps)
 
-    def pending(self) -> AsyncIterator[dict[str, Any]]:
+    def pending(self) -> AsyncGenerator[dict[str, Any], None]:
         return report.pending(self._db)
 
     # --- the running service and the outbox ------------------------------------------
