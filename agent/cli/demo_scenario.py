@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from agent.config.loader import load
+from agent.core.live import ServiceLive
 from agent.service.run import Service
 from agent.store.reader import Reader
 from devices.controller import ChannelSpec, Controller
@@ -56,7 +57,22 @@ def _config(plant: Plant, upstream_url: str, db: Path) -> dict[str, Any]:
     }
 
 
-async def _script(plant: Plant, rx: Receiver, say: Say) -> None:
+async def _until(check: Callable[[], bool], timeout: float) -> None:
+    """Wait until the running agent shows what the next step needs (bounded: a demo never hangs)."""
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+
+def _valve_link(live: ServiceLive, up: bool) -> Callable[[], bool]:
+    def check() -> bool:
+        links = [c for c in live.connections if c.device == "VALVE-01"]
+        return bool(links) and all((c.state == "up") == up for c in links)
+
+    return check
+
+
+async def _script(plant: Plant, rx: Receiver, say: Say, live: ServiceLive) -> None:
     async def flips(device: str, channel: str, n: int, pause: float = 0.4) -> None:
         for _ in range(n):
             await plant.transition(device, channel)
@@ -76,11 +92,13 @@ async def _script(plant: Plant, rx: Receiver, say: Say) -> None:
     say("the link to VALVE-01 is cut; meanwhile it changes 3 times (kept in its ring buffer)")
     await plant.modbus["VALVE-01"].cut_link()
     await asyncio.sleep(0.5)  # let a read that was in flight at the cut finish first
+    await _until(_valve_link(live, up=False), 10.0)  # the agent has seen the link go
     await flips("VALVE-01", "Open", 3, pause=0.3)
     await asyncio.sleep(1.0)
     say("the link comes back: the agent reads the ring and records every entry with the boot id it carries")
     await plant.modbus["VALVE-01"].restore_link()
-    await asyncio.sleep(3.0)
+    await _until(_valve_link(live, up=True), 20.0)  # reconnected (after its backoff): the ring is read
+    await asyncio.sleep(1.5)
 
 
 async def run_demo(say: Say, keep_dir: str | None = None) -> dict[str, Any]:
@@ -100,7 +118,7 @@ async def run_demo(say: Say, keep_dir: str | None = None) -> dict[str, Any]:
         task = asyncio.create_task(service.run(stop), name="service")
         await service.ready.wait()
         say(f"agent running: store {db}, config {cfg_path}")
-        await _script(plant, rx, say)
+        await _script(plant, rx, say, service.live)
         say("waiting for the outbox to drain")
         await _drained(db, timeout=20.0)
         stop.set()
