@@ -28,6 +28,7 @@ EX_FAILURE = 1  # unexpected errors (click usage errors exit 2)
 EX_NOINPUT = 66  # a command that needs an existing store was pointed at none
 EX_UNAVAILABLE = 69  # `check --probe` could not read a device
 EX_IOERR = 74  # the store cannot be read or written (disk full, unwritable, damaged)
+EX_NOPERM = 77  # the service's user cannot read a file it needs: the unit does not restart on 77
 EX_CONFIG = 78  # configuration error: the systemd unit does not restart on 78
 EX_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as the shell sees `head`'s producers
 

@@ -8,10 +8,11 @@ connection uses the keys of its own protocol.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agent.config.fields import _check_modbus_reads, _counter, _FieldReader
+from agent.config.paths import read_path
 from agent.config.sources import (
     DEPRECATED_POLICIES,
     MAX_MESSAGE_SIZE,
@@ -140,28 +141,15 @@ def _modbus_rtu(s: _Section) -> ModbusRtu:
     )
 
 
-def _existing_file(v: Any) -> str:
-    text = _text(v)
-    if not Path(text).is_file():
-        raise ValueError(f"file {text} does not exist")
-    return text
-
-
-def _existing_dir(v: Any) -> str:
-    text = _text(v)
-    if not Path(text).is_dir():
-        raise ValueError(f"directory {text} does not exist")
-    return text
-
-
 def _opcua(s: _Section) -> OpcUa:
     endpoint = s.get("endpoint", _text, "", required=True)
     if endpoint and not endpoint.startswith("opc.tcp://"):
         s.problem("endpoint", f"{endpoint!r} must start with opc.tcp://")
+    elif "@" in urlsplit(endpoint).netloc:
+        s.problem("endpoint", "must not carry a user or password; use username and password_file")
     security = _opcua_security(s)
-    file_ = _existing_file if s.ctx.check_files else _text
     username = s.get("username", _text, None)
-    password_file = s.get("password_file", file_, None)
+    password_file = read_path(s, "password_file", "file", secret=True)
     if password_file and not username:
         s.problem("password_file", "needs a username")
     if password_file and security.insecure:
@@ -215,15 +203,13 @@ def _opcua_security(s: _Section) -> OpcUaSecurity:
             sec.problem("mode", "must be left out with policy None (there is nothing to sign)")
         sec.finish(extra=("mode",))
         return OpcUaSecurity(policy="None", mode="None")
-    file_ = _existing_file if s.ctx.check_files else _text
-    dir_ = _existing_dir if s.ctx.check_files else _text
     out = OpcUaSecurity(
         policy=policy,
         mode=sec.get("mode", _one_of("Sign", "SignAndEncrypt"), "SignAndEncrypt"),
-        certificate=sec.get("certificate", file_, None),
-        private_key=sec.get("private_key", file_, None),
-        server_certificate=sec.get("server_certificate", file_, None),
-        trusted=sec.get("trusted", dir_, None),
+        certificate=read_path(sec, "certificate", "file"),
+        private_key=read_path(sec, "private_key", "file", secret=True),
+        server_certificate=read_path(sec, "server_certificate", "file"),
+        trusted=read_path(sec, "trusted", "dir"),
         application_uri=sec.get("application_uri", _text, ""),
     )
     sec.finish()

@@ -11,13 +11,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from agent.config.units import parse_duration
 from agent.core.contract import ContractError
 from agent.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agent.config.paths import FileUse, PathEnv
 
 # --- errors --------------------------------------------------------------------------------
 
@@ -188,8 +191,17 @@ class _Section:
 
 
 class _Ctx:
-    def __init__(self, file: str, problems: list[Problem], check_files: bool = True) -> None:
+    def __init__(
+        self,
+        file: str,
+        problems: list[Problem],
+        check_files: bool = True,
+        paths: PathEnv | None = None,
+        files: list[FileUse] | None = None,
+    ) -> None:
         self.file, self.problems, self.check_files = file, problems, check_files
+        self.paths = paths  # None: the process's environment, no unit (agent.config.paths)
+        self.files: list[FileUse] = [] if files is None else files  # every path read, in order
 
     def problem(self, line: int, key: str, message: str) -> None:
         self.problems.append(Problem(self.file, line, key, message))
