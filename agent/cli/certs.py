@@ -99,9 +99,10 @@ def make_certificate(uri: str, host: str, days: int, now: dt.datetime) -> tuple[
 
 def _write(path: Path, data: bytes, mode: int) -> None:
     """Write ``data`` to a new file created with ``mode`` (a new inode: an old, wider mode is not
-    inherited; the umask can only narrow it)."""
+    inherited; never wider than ``mode`` at any moment)."""
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    os.fchmod(fd, mode)  # exactly ``mode``: a umask of 077 would hide the certificate from the service
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
@@ -115,7 +116,8 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     default=DEFAULT_DIR,
     show_default=True,
     metavar="DIR",
-    help=f"Where to write {CERT_NAME}, {KEY_NAME} and the {TRUSTED_NAME}/ directory (created 0755 if missing).",
+    help=f"Where to write {CERT_NAME}, {KEY_NAME} and the {TRUSTED_NAME}/ directory "
+    "(created 0755 if missing).",
 )
 @click.option("--gateway", metavar="NAME", help="Gateway name for the URI (default: gateway: of the config).")
 @click.option("--uri", metavar="URI", help="Application URI (default: urn:edge-agent:<gateway>).")
@@ -200,7 +202,7 @@ def _result_lines(cert_path: Path, key_path: Path, uri: str, der: bytes) -> list
         "config (each OPC UA connection):",
         "  security:",
         f"    certificate: {cert_path}",
-        f'    private_key: "${{CREDENTIALS_DIRECTORY}}/{KEY_CREDENTIAL}"   # the key, as a systemd credential',
+        f'    private_key: "${{CREDENTIALS_DIRECTORY}}/{KEY_CREDENTIAL}"   # the key, as a credential',
         f"    trusted: {cert_path.parent / TRUSTED_NAME}",
         "unit (the service's DynamicUser cannot read the root-only key; systemd hands it a copy):",
         f"  LoadCredential={KEY_CREDENTIAL}:{key_path}   (systemd/credentials.conf has this line)",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,11 +105,21 @@ def read_path(s: _Section, key: str, kind: Kind, *, secret: bool = False) -> str
             return raw
         s.problem(key, str(exc))
         return None
-    if s.ctx.check_files:
-        found = Path(path).is_dir() if kind == "dir" else Path(path).is_file()
-        if not found:
-            via = f" (credential {credential} of {paths.unit or 'the unit'})" if credential else ""
-            s.problem(key, f"{kind if kind == 'file' else 'directory'} {path}{via} does not exist")
-            return None
+    if s.ctx.check_files and not _found(path, kind):
+        via = f" (credential {credential} of {paths.unit or 'the unit'})" if credential else ""
+        s.problem(key, f"{kind if kind == 'file' else 'directory'} {path}{via} does not exist")
+        return None
     s.ctx.files.append(FileUse(s.ctx.file, s.key_line(key), s.key_path(key), path, kind, secret, credential))
     return path
+
+
+def _found(path: str, kind: Kind) -> bool:
+    """Whether ``path`` is a file (or directory). One this user may not even look at counts as
+    found: the access checks (`agent.config.access`) then say who cannot read it, and why."""
+    try:
+        mode = os.stat(path).st_mode
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return stat.S_ISDIR(mode) if kind == "dir" else stat.S_ISREG(mode)
