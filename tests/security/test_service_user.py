@@ -137,8 +137,7 @@ def test_check_warns_about_a_secret_every_user_can_read(base: Path) -> None:
 def unit_file(base: Path, secret: Path) -> Path:
     unit = base / "edge-agent.service"
     unit.write_text(
-        "[Service]\nDynamicUser=yes\nStateDirectory=edge-agent\n"
-        f"LoadCredential=mqtt-password:{secret}\n",
+        f"[Service]\nDynamicUser=yes\nStateDirectory=edge-agent\nLoadCredential=mqtt-password:{secret}\n",
         encoding="utf-8",
     )
     return unit
