@@ -11,6 +11,7 @@ import yaml
 from agent.config import loader as config
 from agent.config.paths import PathEnv
 from agent.config.unit import read_unit
+from agent.config.upstreams import MqttUpstream
 
 ROOT = Path(__file__).parents[2]
 
@@ -80,7 +81,7 @@ def test_a_path_is_expanded(
     )
     cfg = config.load(write_config(tmp_path, written.replace("{d}", d)), paths=paths)
     up = cfg.upstreams[0]
-    assert isinstance(up, config.MqttUpstream)
+    assert isinstance(up, MqttUpstream)
     assert up.password_file == expected.format(d=d)
     use = next(f for f in cfg.files if f.key == "upstreams[0].mqtt.password_file")
     assert use.secret and use.path == expected.format(d=d)
