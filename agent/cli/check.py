@@ -49,8 +49,10 @@ from agent.core.wording import counted
     "--unit",
     "unit_path",
     metavar="FILE",
+    envvar="EDGE_AGENT_UNIT",
     help="The service's unit file: its LoadCredential= lines resolve ${CREDENTIALS_DIRECTORY}, its "
-    "DynamicUser=/User= is who must read the files (default: the installed edge-agent.service).",
+    "DynamicUser=/User= is who must read the files (default: the installed edge-agent.service; "
+    "'none': no unit).",
 )
 @click.option(
     "--as-user",
@@ -114,7 +116,7 @@ def check(
 def _unit(given: str | None) -> Unit | None:
     """The unit named by --unit, else the installed one (not when running inside the unit)."""
     found = given or (None if CREDENTIALS in os.environ else find_unit())
-    if found is None:
+    if found is None or found == "none":
         return None
     try:
         return read_unit(found)
