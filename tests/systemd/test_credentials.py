@@ -4,6 +4,9 @@ the user it runs as, its StateDirectory; and the unit does not restart on 77 or 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +57,27 @@ def test_credentials_come_from_the_unit_its_drop_ins_and_the_credstore(
         "extra": "/srv/extra",
     }
     assert not u.dynamic_user and u.user == "edge"  # a later drop-in wins, as in systemd
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_the_credentials_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
+    """systemd-analyze reads a drop-in only where systemd would: verify the unit with the drop-in's
+    lines appended, which is what systemd makes of the two."""
+    text = (
+        (SYSTEMD / "edge-agent.service")
+        .read_text()
+        .replace("/opt/edge-agent/venv/bin/edge-agent", sys.executable + " -m agent")
+    )
+    unit = tmp_path / "edge-agent.service"
+    unit.write_text(text + "\n" + (SYSTEMD / "credentials.conf").read_text())
+    proc = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    said = proc.stdout + proc.stderr
+    assert "redential" not in said, said
+    assert set(read_unit(str(unit)).credentials) == {
+        "mqtt-password",
+        "historian-token",
+        "opcua-password",
+        "opcua-key.pem",
+    }
