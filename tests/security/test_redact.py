@@ -107,3 +107,28 @@ def test_check_warns_when_metrics_listen_beyond_loopback_without_a_reason(
     result = CliRunner().invoke(cli, ["check", "-c", str(path)])
     assert result.exit_code == 0, result.output
     assert ("metrics.listen '0.0.0.0:9108' serves the metrics beyond this machine" in result.stderr) is warned
+
+
+def test_a_user_or_password_in_an_opc_ua_endpoint_is_a_config_problem(tmp_path: Path) -> None:
+    """The endpoint is part of every receiver name, log line and arrival: no secret may ride in it."""
+    doc = {
+        "site": "plant-1",
+        "gateway": "gw",
+        "store": {"path": str(tmp_path / "events.db")},
+        "devices": [
+            {
+                "name": "P",
+                "connections": [
+                    {"opcua": {"endpoint": "opc.tcp://op:s3cret@10.0.0.8:4840", "security": {"policy": None}}}
+                ],
+                "channels": {"T": {"transition_id": {"node": "ns=2;s=T"}, "state": {"node": "ns=2;s=S"}}},
+            }
+        ],
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["check", "-c", str(path)])
+    assert result.exit_code == 78
+    assert (
+        "opcua.endpoint: must not carry a user or password; use username and password_file" in result.stderr
+    )
