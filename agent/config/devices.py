@@ -321,7 +321,9 @@ def _window(c: _Section) -> float | None:
             )
         return None
     if c.has("transition_id"):
-        c.problem("transition_id", "a window channel has no counter: leave transition_id out, or identity")
+        c.problem(
+            "transition_id", "a window channel has no counter: leave out transition_id or identity: window"
+        )
         c.used.add("transition_id")
     if window is None and not c.has("window"):
         c.problem(
