@@ -17,7 +17,11 @@ MIN_POLLS_PER_WINDOW = 10
 
 
 def _seconds(value: float) -> str:
-    return f"{value:g}s"
+    """A duration as the config writes it: ``30d``, ``2h``, ``5m``, ``90s``, ``250ms``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if value >= size and value % size == 0:
+            return f"{int(value // size)}{unit}"
+    return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"
 
 
 def horizon_problems(devices: Iterable[Device], retention: RetentionSettings | None) -> list[Problem]:

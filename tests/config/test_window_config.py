@@ -63,6 +63,6 @@ def test_check_refuses_a_window_the_key_horizon_would_forget_with_exit_78(tmp_pa
     path = write(tmp_path, "30d", keys="30d")
     proc = check(path)
     assert proc.returncode == 78
-    assert f"{path}:18: devices[0].channels.Coil.window: 2592000s must be shorter than the store's key" in (
+    assert f"{path}:18: devices[0].channels.Coil.window: 30d must be shorter than the store's key" in (
         proc.stderr
     )
