@@ -64,3 +64,25 @@ async def _count(view: Any, source: str, n: int) -> bool:
 
 async def _receivers(view: Any, source: str, kinds: set[str]) -> bool:
     return {a["receiver"].split(":")[0] for a in await _of(view, source)} >= kinds
+
+
+async def test_a_subscribed_opcua_connection_watches_the_state_node_of_a_window_channel(
+    agent_for: Any, devices_of: Callable[..., Any], wait_until: Any
+) -> None:
+    def subscribed(entry: dict[str, Any]) -> None:
+        door_as_window(entry)
+        # The reconciling read comes only every 60 s: a change seen sooner was pushed by the subscription.
+        entry["connections"][0]["opcua"].update({"subscribe": True, "reconcile": "60s", "timeout": "1s"})
+
+    plc = Controller("PUMP-07", [ChannelSpec("Trip"), ChannelSpec("Door", values={0: "Closed", 1: "Open"})])
+    async with (
+        Plant([plc], modbus_port=None, poll="50ms") as plant,
+        agent_for(devices_of(plant, subscribed)) as view,
+    ):
+        await plant.transition("PUMP-07", "Trip")  # its counter is watched: the read after it is the baseline
+        await wait_until(lambda: _count(view, "PUMP-07/Trip", 1))
+        await plant.transition("PUMP-07", "Door")
+        await wait_until(lambda: _count(view, "PUMP-07/Door", 1))
+        door = await _of(view, "PUMP-07/Door")
+    # The simulator's OPC UA-only map names no state values: the raw value stands in the key.
+    assert [(a["transitionId"].rsplit(":", 1)[0], a["decision"]) for a in door] == [("w:1", "inserted")]
