@@ -48,7 +48,7 @@ def horizon_problems(devices: Iterable[Device], retention: RetentionSettings | N
     return out
 
 
-def window_warnings(devices: Iterable[Device]) -> list[str]:
+def window_warnings(devices: Iterable[Device]) -> tuple[str, ...]:
     """``file:line: key: message`` for a window shorter than 10 poll intervals: reads of one change
     then straddle a window boundary too often (each straddle is a second event)."""
     out = []
@@ -67,4 +67,4 @@ def window_warnings(devices: Iterable[Device]) -> list[str]:
                         )
                     )
                 )
-    return out
+    return tuple(out)

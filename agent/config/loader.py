@@ -109,7 +109,7 @@ class Config:
     upstreams: tuple[Upstream, ...] = ()
     metrics: Metrics | None = None
     file: str = ""
-    warnings: list[str] = dataclasses.field(default_factory=list)  # `check` prints them; nothing fails
+    warnings: tuple[str, ...] = ()  # `check` and `run` say them; nothing fails
 
 
 # --- the loader ------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_a_window_channel_has_no_counter_and_its_window_in_milliseconds(tmp_path
     trip, coil = dev.channels
     assert (trip.transition_id is not None, trip.window) == (True, None)
     assert (coil.transition_id, coil.window, coil.window_ms) == (None, 90.0, 90_000)
-    assert config.load(write(tmp_path, "90s")).warnings == []
+    assert config.load(write(tmp_path, "90s")).warnings == ()
 
 
 def test_check_warns_when_the_window_is_under_ten_poll_intervals_and_still_passes(tmp_path: Path) -> None:
