@@ -18,7 +18,6 @@ import click
 from agent.cli.context import EX_CONFIG, EX_NOPERM, EX_UNAVAILABLE
 from agent.config import loader as config
 from agent.config.access import Who, check_access, named_user, unit_user
-from agent.config.advice import config_warnings
 from agent.config.paths import CREDENTIALS, PathEnv
 from agent.config.store import DEFAULT_CONFIG
 from agent.config.unit import Unit, find_unit, read_unit
@@ -96,8 +95,8 @@ def check(
     )
     who = _who(as_user, unit)
     findings = check_access(cfg, store_path, who, unit)
-    for text in config_warnings(cfg):
-        click.echo(f"warning: {text}", err=True)
+    for warning in cfg.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for f in findings:
         click.echo(f"{f.level}: {f.text}", err=True)
     if who is None:
@@ -197,6 +196,8 @@ def describe(snap: Snapshot) -> str:
     for ch in snap.channels:
         if ch.error:
             parts.append(f"{ch.channel}: ERROR {ch.error}")
+        elif ch.window_ms is not None:
+            parts.append(f"{ch.channel}: {ch.state} at {ch.source_timestamp or '-'} (window key)")
         else:
             parts.append(f"{ch.channel}: T{ch.transition_id} {ch.state} at {ch.source_timestamp or '-'}")
     if snap.ring is not None:

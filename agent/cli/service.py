@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import sys
 from dataclasses import asdict
@@ -21,7 +20,6 @@ import click
 from agent.cli import render
 from agent.cli.context import EX_CONFIG, EX_IOERR, EX_NOPERM, Context, run_async
 from agent.config.access import unreadable_now
-from agent.config.advice import config_warnings
 from agent.config.loader import Config, load
 from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp, parse_timestamp
@@ -67,6 +65,8 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     except ConfigError as exc:
         click.echo(f"edge-agent: configuration error:\n{exc}", err=True)
         sys.exit(EX_CONFIG)
+    for warning in cfg.warnings:  # said once per start, as `check` says it
+        click.echo(f"edge-agent: configuration warning: {warning}", err=True)
     refuse_unreadable(cfg, ctx.obj.db_path or cfg.store.path)
     try:
         code = asyncio.run(serve(cfg, db=ctx.obj.db_path))
@@ -81,9 +81,7 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
 
 def refuse_unreadable(cfg: Config, store_path: str) -> None:
     """Before anything starts: one line per file this process cannot read, exit 77 (the unit does
-    not restart on it). Warnings about the configuration are logged."""
-    for text in config_warnings(cfg):
-        logging.getLogger("agent.config").warning("%s", text)
+    not restart on it)."""
     problems = unreadable_now(cfg, store_path)
     for line in problems:
         click.echo(f"edge-agent: {line} (as uid {os.getuid()})", err=True)

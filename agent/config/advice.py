@@ -1,23 +1,28 @@
-"""What the configuration allows but an operator should hear about (printed by `check`,
-logged by `run` at start): today, a metrics endpoint reachable beyond this machine."""
+"""What the configuration allows but an operator should hear about: a metrics endpoint reachable
+beyond this machine without a stated reason. The loader adds these to ``Config.warnings``,
+which `check` prints and `run` says once per start."""
 
 from __future__ import annotations
 
 import ipaddress
+from typing import Protocol
 
-from agent.config.loader import Config
+
+class MetricsSettings(Protocol):
+    @property
+    def listen(self) -> str | None: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
-def config_warnings(cfg: Config) -> list[str]:
+def metrics_warnings(metrics: MetricsSettings | None, file: str) -> list[str]:
     """One text per warning, each naming the setting (empty when there is nothing to say)."""
-    out: list[str] = []
-    m = cfg.metrics
-    if m is not None and m.listen and not m.reason and not is_loopback(m.listen):
-        out.append(
-            f"{cfg.file}: metrics.listen {m.listen!r} serves the metrics beyond this machine (no "
-            "authentication); listen on 127.0.0.1, or say why in metrics.reason"
-        )
-    return out
+    if metrics is None or not metrics.listen or metrics.reason or is_loopback(metrics.listen):
+        return []
+    return [
+        f"{file}: metrics.listen {metrics.listen!r} serves the metrics beyond this machine (no "
+        "authentication); listen on 127.0.0.1, or say why in metrics.reason"
+    ]
 
 
 def is_loopback(listen: str) -> bool:

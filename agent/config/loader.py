@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent.config.advice import metrics_warnings
 from agent.config.devices import _device
+from agent.config.identity import horizon_problems, window_warnings
 from agent.config.paths import FileUse, PathEnv, read_path
 from agent.config.retention import RetentionSettings, read_retention
 from agent.config.sources import (
@@ -112,6 +114,7 @@ class Config:
     upstreams: tuple[Upstream, ...] = ()
     metrics: Metrics | None = None
     file: str = ""
+    warnings: tuple[str, ...] = ()  # `check` and `run` say them; nothing fails
     files: tuple[FileUse, ...] = ()  # every file and directory the settings name (agent.config.paths)
 
 
@@ -146,11 +149,15 @@ def load(path: str | Path, *, check_files: bool = True, paths: PathEnv | None = 
     devices += _devices_dir(top, main, ctx)
     top.finish()
     _check_names(devices, problems)
+    problems += horizon_problems(devices, store.retention)
     if not devices and not problems:
         problems.append(Problem(str(main), top.line, "devices", "no devices configured"))
     if problems:
         raise ConfigProblems(problems)
-    return Config(site, gateway, store, tuple(devices), upstreams, metrics, str(main), tuple(ctx.files))
+    warnings = window_warnings(devices) + tuple(metrics_warnings(metrics, str(main)))
+    return Config(
+        site, gateway, store, tuple(devices), upstreams, metrics, str(main), warnings, tuple(ctx.files)
+    )
 
 
 def _check_names(devices: list[Device], problems: list[Problem]) -> None:
