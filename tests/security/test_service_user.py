@@ -195,3 +195,35 @@ def test_certs_creates_what_the_unit_s_user_can_read_and_the_key_as_a_credential
         assert subprocess.run([*NOBODY, "test", "-r", str(path)]).returncode == 0, path
     assert subprocess.run([*NOBODY, "test", "-r", str(pki / "agent_key.pem")]).returncode != 0
     assert (pki / "agent_key.pem").stat().st_mode & 0o777 == 0o600
+
+
+def test_what_certs_prints_passes_check_as_the_unit_s_dynamic_user(base: Path) -> None:
+    """The install steps end to end: `certs` as root, its config lines and its LoadCredential=
+    line used as printed, `check` with that unit passes for the DynamicUser; the key stays root's."""
+    pki = base / "etc" / "pki"
+    made = agent("certs", "--dir", str(pki), "--gateway", "gw")
+    assert made.returncode == 0, made.stderr
+    credential = next(x.split()[0] for x in made.stdout.splitlines() if "LoadCredential=" in x)
+    unit = base / "edge-agent.service"
+    unit.write_text(f"[Service]\nDynamicUser=yes\n{credential}\n", encoding="utf-8")
+    security = {
+        "certificate": str(pki / "agent_cert.der"),
+        "private_key": "${CREDENTIALS_DIRECTORY}/opcua-key.pem",
+        "trusted": str(pki / "trusted"),
+    }
+    doc = yaml.safe_load(config(base, secret="/unused", store=open_store_dir(base)).read_text())
+    del doc["upstreams"]
+    doc["devices"][0]["connections"] = [
+        {"opcua": {"endpoint": "opc.tcp://127.0.0.1:9", "security": security}}
+    ]
+    for field in doc["devices"][0]["channels"]["Trip"].values():
+        field["node"] = "ns=2;s=X"
+    cfg = base / "config.yaml"
+    cfg.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    proc = agent("check", "-c", str(cfg), "--unit", str(unit))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "readable by the unit's dynamic user" in proc.stdout
+    (pki / "trusted").chmod(0o700)  # what the old `certs` made: now named, with the user
+    proc = agent("check", "-c", str(cfg), "--unit", str(unit))
+    assert proc.returncode == EX_NOPERM
+    assert f"security.trusted: {pki / 'trusted'}: the unit's dynamic user" in proc.stderr
