@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -36,6 +38,26 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], max_width: int 
     for row in body:
         lines.append("  ".join(t.ljust(w) for t, w in zip(row, widths, strict=True)).rstrip())
     return lines
+
+
+def width() -> int:
+    """Columns to wrap long text at: the terminal's, or 100 when output is not a terminal."""
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def wrapped(label: str, text: str, indent: int = 2, columns: int | None = None) -> list[str]:
+    """`label: text` in full, wrapped to `columns`; continuation lines indented under the text.
+    For error causes, which a table would cut."""
+    lead = " " * indent + f"{label}: "
+    body = str(text).replace("\r", " ").replace("\n", " ")
+    return textwrap.wrap(
+        body,
+        width=columns or width(),
+        initial_indent=lead,
+        subsequent_indent=" " * (indent + 4),
+        break_long_words=True,
+        break_on_hyphens=False,
+    ) or [lead.rstrip()]
 
 
 def summary_lines(summary: dict[str, int]) -> list[str]:
