@@ -46,18 +46,15 @@ def width() -> int:
 
 
 def wrapped(label: str, text: str, indent: int = 2, columns: int | None = None) -> list[str]:
-    """`label: text` in full, wrapped to `columns`; continuation lines indented under the text.
-    For error causes, which a table would cut."""
-    lead = " " * indent + f"{label}: "
+    """`label: text` in full, wrapped to `columns` (the label on a line of its own when it is
+    long); continuation lines indented under it. For error causes, which a table would cut."""
+    columns = columns or width()
+    lead = " " * indent + f"{label}:"
     body = str(text).replace("\r", " ").replace("\n", " ")
-    return textwrap.wrap(
-        body,
-        width=columns or width(),
-        initial_indent=lead,
-        subsequent_indent=" " * (indent + 4),
-        break_long_words=True,
-        break_on_hyphens=False,
-    ) or [lead.rstrip()]
+    more = " " * (indent + 4)
+    if len(lead) > columns // 3:
+        return [lead, *textwrap.wrap(body, columns, initial_indent=more, subsequent_indent=more)]
+    return textwrap.wrap(body, columns, initial_indent=lead + " ", subsequent_indent=more) or [lead]
 
 
 def summary_lines(summary: dict[str, int]) -> list[str]:

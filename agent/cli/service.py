@@ -113,7 +113,9 @@ def status_cmd(ctx: click.Context, config_path: str | None, as_json: bool, stale
         click.echo(line)
 
 
-async def collect_status(reader: Reader, config_path: str, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+async def collect_status(
+    reader: Reader, config_path: str, stale_after_s: float = STALE_AFTER_S
+) -> dict[str, Any]:
     """What `status --json` prints: the service's live state and liveness, upstreams, the store's budget."""
     now = datetime.now(UTC)
     live_row = await reader.live_state("service")
@@ -204,7 +206,9 @@ def _headline(status: dict[str, Any]) -> str:
         word = f"NOT RESPONDING since {at} (the process is alive but has written no state for {age} s)"
     else:
         word = f"STOPPED (the process is gone; its last state was written at {at})"
-    return f"service: {word}, pid {svc.get('pid')}, started {svc.get('started_at')}, config {svc.get('config')}"
+    return (
+        f"service: {word}, pid {svc.get('pid')}, started {svc.get('started_at')}, config {svc.get('config')}"
+    )
 
 
 def _service_lines(status: dict[str, Any]) -> list[str]:
@@ -273,7 +277,15 @@ def _upstream_lines(ups: list[dict[str, Any]], live: dict[str, Any]) -> list[str
         up = (live.get(u["upstream"]) or {}).get("up")
         link = "-" if up is None else ("up" if up else "DOWN")
         rows.append(
-            [u["upstream"], link, u["pending"], u["oldest_pending_at"], u["delivered"], u["rejected"], u["attempts"]]
+            [
+                u["upstream"],
+                link,
+                u["pending"],
+                u["oldest_pending_at"],
+                u["delivered"],
+                u["rejected"],
+                u["attempts"],
+            ]
         )
     out = render.table(headers, rows)
     for u in ups:
