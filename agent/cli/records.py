@@ -20,6 +20,7 @@ import click
 from agent.cli import render
 from agent.cli.context import Context, run_async
 from agent.core.decide import Outcome
+from agent.core.wording import counted
 from agent.sources.importer import read_batches
 from agent.store import report
 from agent.store.reader import Reader
@@ -243,6 +244,9 @@ async def print_tables(reader: Reader, sort: str, limit: int | None) -> None:
     click.echo("")
     evs = await _collect(reader.events(sort), limit)
     _echo_table(f"canonical events (sorted by {sort}):", evs, render.EVENT_COLUMNS)
+    if evs:
+        for line in render.wrapped("note", render.REPEATS_NOTE, indent=0):
+            click.echo(line)
     if limit is not None and summary["source_events"] > len(evs):
         click.echo(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
     bts = await _collect(reader.boots(), limit)
@@ -252,10 +256,12 @@ async def print_tables(reader: Reader, sort: str, limit: int | None) -> None:
         recs = await _collect(reader.anomalies(gaps=gaps), limit)
         if recs:
             _echo_table(f"\n{title}:", recs, render.ANOMALY_COLUMNS)
+    if summary["conflicts"]:
+        n = counted(summary["conflicts"], "conflict")
+        click.echo(f"\n{n}: `edge-agent review conflicts` shows both payloads side by side.")
     if summary["identity_incomplete"]:
-        click.echo(
-            f"\n{summary['identity_incomplete']} identity-incomplete arrivals wait in `edge-agent pending`."
-        )
+        n = counted(summary["identity_incomplete"], "identity-incomplete arrival")
+        click.echo(f"\n{n} waiting for a person: `edge-agent review pending` shows their raw evidence.")
     if summary["rejected"]:
         click.echo(
             f"{summary['rejected']} rejected lines: `edge-agent report --json` lists them with reasons."

@@ -61,7 +61,8 @@ def summary_lines(summary: dict[str, int]) -> list[str]:
     s = summary
     return [
         f"source events (canonical): {s['source_events']}",
-        f"arrivals:                  {s['arrivals']}  (inserted {s['inserted']}, duplicate {s['duplicates']},"
+        f"arrivals:                  {s['arrivals']}  (inserted {s['inserted']}, duplicate {s['duplicates']}"
+        " (same content),"
         f" conflict {s['conflicts']}, identity_incomplete {s['identity_incomplete']},"
         f" rejected {s['rejected']})",
         f"boots observed:            {s['boots']}",
@@ -79,9 +80,16 @@ EVENT_COLUMNS = (
     ("first arrivalAt", "first_arrival"),
     ("last arrivalAt", "last_arrival"),
     ("status", "status"),
-    ("dup", "duplicate_count"),
-    ("conf", "conflict_count"),
+    ("repeats", "duplicate_count"),
+    ("conflicts", "conflict_count"),
     ("payload", "payload"),
+)
+
+# Under the events table: its `repeats` are not the summary's `duplicate` arrivals (contract §2).
+REPEATS_NOTE = (
+    "repeats: every later arrival of the event's key, conflicts included (duplicate_count);"
+    " conflicts: those with other content. The summary's `duplicate` counts same-content arrivals"
+    " only, so the columns need not add up to it."
 )
 
 ARRIVAL_COLUMNS = (
