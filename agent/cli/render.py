@@ -1,4 +1,5 @@
-"""Text tables for people. Pure: rows in, lines out (the CLI prints them)."""
+"""Text for people: tables, wrapped causes, escaped evidence. Rows in, lines out (the CLI prints
+them); the only thing read from outside is the terminal's width, for wrapping."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with control characters written as escapes (`\\x1b`, `\\n`): stored evidence can hold
+    any character, and a terminal must never receive one raw (an ESC would restyle it)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch
+        if ch.isprintable() or ch == " "
+        else _ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        for ch in text
+    )
 
 
 def cell(value: Any, width: int | None = None) -> str:
@@ -20,7 +36,7 @@ def cell(value: Any, width: int | None = None) -> str:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     else:
         text = str(value)
-    text = text.replace("\n", "\\n")
+    text = printable(text)
     if width is not None and len(text) > width:
         text = text[: max(1, width - 1)] + "…"
     return text
@@ -50,7 +66,7 @@ def wrapped(label: str, text: str, indent: int = 2, columns: int | None = None) 
     long); continuation lines indented under it. For error causes, which a table would cut."""
     columns = columns or width()
     lead = " " * indent + f"{label}:"
-    body = str(text).replace("\r", " ").replace("\n", " ")
+    body = printable(str(text))
     more = " " * (indent + 4)
     if len(lead) > columns // 3:
         return [lead, *textwrap.wrap(body, columns, initial_indent=more, subsequent_indent=more)]
