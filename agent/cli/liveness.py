@@ -1,14 +1,13 @@
-"""Whether the service that wrote a store's live state still runs: its PID, then its heartbeat.
+"""Whether the service that wrote a store's live state still runs: its process, then its heartbeat.
 
-The service records its PID and rewrites its live state every few seconds (the heartbeat).
-`status` says "running" only while that PID is alive and the heartbeat is fresh; a live PID
-with a stale heartbeat is "not responding"; a PID that is gone is "stopped", at once, however
-fresh the last state looks. `liveness` is pure; `pid_alive` asks the kernel (signal 0).
+The service records its PID (and which process that is: `agent.service.process`) and rewrites
+its live state every few seconds (the heartbeat). `status` says "running" only while that process
+is alive and the heartbeat is fresh; a live process with a stale heartbeat is "not responding"; a
+process that is gone is "stopped", at once, however fresh the last state looks. Pure.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 RUNNING = "running"
@@ -24,19 +23,6 @@ class Liveness:
     pid_alive: bool | None
     heartbeat_at: str | None  # when the service last wrote its live state
     heartbeat_age_s: float | None
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with `pid` exists on this machine (owned by anyone)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user (the unit's DynamicUser)
-        return True
-    return True
 
 
 def liveness(

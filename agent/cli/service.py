@@ -18,13 +18,13 @@ import click
 
 from agent.cli import render
 from agent.cli.context import EX_CONFIG, EX_IOERR, Context, run_async
-from agent.cli.liveness import NOT_RESPONDING, RUNNING, STOPPED, liveness, pid_alive
+from agent.cli.liveness import NOT_RESPONDING, RUNNING, STOPPED, liveness
 from agent.config.loader import load
 from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError, StoreError
 from agent.core.wording import days_ahead
-from agent.service import logs
+from agent.service import logs, process
 from agent.store import budget
 from agent.store.reader import Reader
 
@@ -128,7 +128,7 @@ async def collect_status(
         age = (now - parse_timestamp(updated_at, "updated_at")).total_seconds()
         service["updated_at"], service["age_s"] = updated_at, round(age, 1)
         pid = service.get("pid") if isinstance(service.get("pid"), int) else None
-    alive = pid_alive(pid) if pid is not None else None
+    alive = process.alive(pid, (service or {}).get("process")) if pid is not None else None
     life = liveness(pid, alive, updated_at, age, stale_after_s)
     running = life.state == RUNNING
     retention = None
@@ -183,6 +183,7 @@ def status_lines(status: dict[str, Any]) -> list[str]:
 
 
 _KNOWN_LIVE = {
+    "process",
     "started_at",
     "pid",
     "config",
@@ -200,7 +201,10 @@ def _headline(status: dict[str, Any]) -> str:
     life = status.get("liveness") or {}
     state = life.get("state", RUNNING if status["running"] else STOPPED)
     at, age = svc.get("updated_at"), svc.get("age_s")
-    if state == RUNNING:
+    elsewhere = life.get("pid_alive") is None and (svc.get("process") or {}).get("host")
+    if state == RUNNING and elsewhere:
+        word = f"running by its last state {age} s ago (written on host {elsewhere}, not checked from here)"
+    elif state == RUNNING:
         word = f"running (last state {age} s ago)"
     elif state == NOT_RESPONDING:
         word = f"NOT RESPONDING since {at} (the process is alive but has written no state for {age} s)"

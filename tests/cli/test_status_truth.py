@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from agent.cli.liveness import NEVER_RAN, NOT_RESPONDING, RUNNING, STOPPED, liveness, pid_alive
+from agent.cli.liveness import NEVER_RAN, NOT_RESPONDING, RUNNING, STOPPED, liveness
 from agent.cli.service import status_lines
+from agent.service import process
 
 CMD = [sys.executable, "-m", "agent"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,12 +59,18 @@ def test_liveness_from_pid_and_heartbeat(
     assert liveness(pid, alive, at, age, stale_after_s=30.0).state == state
 
 
-def test_pid_alive_asks_the_kernel() -> None:
-    assert pid_alive(os.getpid())
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    assert not pid_alive(proc.pid)
-    assert not pid_alive(0) and not pid_alive(-1)
+def test_the_recorded_process_is_told_apart_from_a_later_one_with_its_pid() -> None:
+    me = process.mark()
+    assert me["start_ticks"] is not None and me["machine_boot_id"]
+    assert process.alive(os.getpid(), me) is True
+    assert process.alive(os.getpid(), None) is True  # a state without a mark: the pid alone
+    assert process.alive(os.getpid(), {**me, "start_ticks": me["start_ticks"] - 1}) is False  # pid reused
+    assert process.alive(os.getpid(), {**me, "machine_boot_id": "another-boot"}) is False  # machine restarted
+    assert process.alive(os.getpid(), {**me, "host": "another-gateway"}) is None  # cannot be checked here
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert process.alive(child.pid, None) is False
+    assert not process.pid_exists(0) and not process.pid_exists(-1)
 
 
 def _free_port() -> int:
@@ -119,6 +126,7 @@ def test_status_says_stopped_as_soon_as_the_service_is_gone(
     st = _status_json(config)
     assert st["running"] and st["liveness"]["state"] == RUNNING
     assert st["liveness"]["pid"] == proc.pid
+    assert st["service"]["process"]["start_ticks"] == process.start_ticks(proc.pid)
     assert _status(config).stdout.startswith("service: running")
 
     proc.send_signal(signal.SIGTERM)
@@ -246,3 +254,17 @@ def test_a_failing_task_is_named(extra: dict[str, Any], expected: str) -> None:
 def test_live_fields_status_does_not_know_are_shown_not_dropped() -> None:
     text = _rendered(_live(salvaged={"rows": 12, "unreadable": 1}))
     assert 'salvaged: {"rows":12,"unreadable":1}' in text
+
+
+def test_a_state_written_on_another_host_says_so() -> None:
+    live = _live(process={"host": "gw-line-2", "machine_boot_id": "b", "start_ticks": 1})
+    store = {"path": "x.db", "store_bytes": 10**5, "fs_free_bytes": 8 * 10**10, "days_that_fit": None}
+    status = {
+        "service": live,
+        "running": True,
+        "liveness": {"state": RUNNING, "pid": 4242, "pid_alive": None},
+        "upstreams": [],
+        "store": store,
+    }
+    first = status_lines(status)[0]
+    assert first.startswith("service: running by its last state 1.0 s ago (written on host gw-line-2")
