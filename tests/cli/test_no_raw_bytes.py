@@ -5,13 +5,13 @@ from a device is named by its length and hex, not its Python repr."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from agent.cli import render
+from agent.cli.main import cli
 from agent.sources.readings import BadValue, identity_number
 
 
@@ -52,8 +52,9 @@ def test_an_escape_sequence_in_a_source_name_reaches_the_terminal_escaped(tmp_pa
     line = {"source": "PUMP-07/\u001b[2JTrip", "transitionId": "T1", "payload": {"state": "Trip"}}
     capture.write_text(json.dumps(line) + "\n", encoding="utf-8")
     db = tmp_path / "events.db"
-    cmd = [sys.executable, "-m", "agent", "--db", str(db)]
-    subprocess.run([*cmd, "import", str(capture)], check=True, capture_output=True, timeout=60)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", str(db), "import", str(capture)]).exit_code == 0
     for listing in (["pending"], ["review", "pending"]):
-        out = subprocess.run([*cmd, *listing], check=True, capture_output=True, timeout=60).stdout.decode()
-        assert "\x1b" not in out and "PUMP-07/\\x1b[2JTrip" in out, out
+        result = runner.invoke(cli, ["--db", str(db), *listing])
+        assert result.exit_code == 0 and "\x1b" not in result.stdout, result.stdout
+        assert "PUMP-07/\\x1b[2JTrip" in result.stdout, result.stdout

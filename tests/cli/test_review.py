@@ -1,6 +1,7 @@
 """`review conflicts`, `review pending` and `review mark`: both payloads of a conflict side by side with
 hashes and arrivals, identity-incomplete arrivals with their raw evidence, a note kept and nothing
-deleted. Real processes on real SQLite files."""
+deleted. The command line runs in this process on real SQLite files (closed pipes and missing stores:
+real processes, in test_closed_pipe.py and test_missing_store.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import io
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-CMD = [sys.executable, "-m", "agent"]
+from agent.cli.main import cli
 
 FIRST = {
     "source": "PUMP-07/Trip",
@@ -31,7 +32,11 @@ NO_BOOT = {k: v for k, v in FIRST.items() if k != "bootId"} | {"transitionId": "
 
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CMD, *args], capture_output=True, text=True, timeout=60, check=check)
+    """The command line in this process (click's runner); exit code, stdout and stderr as a process's."""
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    if check and result.exit_code != 0:
+        raise AssertionError(f"{args}: exit {result.exit_code}: {result.stderr}")
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.fixture

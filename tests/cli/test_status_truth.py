@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from agent.cli.liveness import NEVER_RAN, NOT_RESPONDING, RUNNING, STOPPED, liveness
+from agent.cli.main import cli
 from agent.cli.service import status_lines
 from agent.service import process
 
@@ -80,14 +82,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _status(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CMD, "status", "-c", str(config), *extra], capture_output=True, text=True, timeout=60, check=True
-    )
+def _status(config: Path, *extra: str) -> str:
+    """`status` run in this process (click's runner) against the real service's store."""
+    result = CliRunner().invoke(cli, ["status", "-c", str(config), *extra], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 def _status_json(config: Path, *extra: str) -> dict[str, Any]:
-    return dict(json.loads(_status(config, "--json", *extra).stdout))
+    return dict(json.loads(_status(config, "--json", *extra)))
 
 
 @pytest.fixture
@@ -102,10 +105,8 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
         while True:  # until the service has written its live state
             assert proc.poll() is None, (tmp_path / "run.log").read_text()
             if (tmp_path / "events.db").exists():
-                found = subprocess.run(
-                    [*CMD, "status", "-c", str(config), "--json"], capture_output=True, text=True, timeout=60
-                )
-                if found.returncode == 0 and json.loads(found.stdout)["service"] is not None:
+                found = CliRunner().invoke(cli, ["status", "-c", str(config), "--json"])
+                if found.exit_code == 0 and json.loads(found.stdout)["service"] is not None:
                     break
             assert time.monotonic() < deadline, "the service never wrote its state"
             time.sleep(0.2)
@@ -119,7 +120,7 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
 
 
 @pytest.mark.timeout(120)
-def test_status_says_stopped_as_soon_as_the_service_is_gone(
+def test_running_then_not_responding_then_stopped_at_once(
     service: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     proc, config = service
@@ -127,23 +128,8 @@ def test_status_says_stopped_as_soon_as_the_service_is_gone(
     assert st["running"] and st["liveness"]["state"] == RUNNING
     assert st["liveness"]["pid"] == proc.pid
     assert st["service"]["process"]["start_ticks"] == process.start_ticks(proc.pid)
-    assert _status(config).stdout.startswith("service: running")
+    assert _status(config).startswith("service: running")
 
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-    st = _status_json(config)  # at once: its last state is seconds old, far from any staleness limit
-    assert st["service"]["age_s"] < 30
-    assert not st["running"] and st["liveness"]["state"] == STOPPED
-    text = _status(config).stdout
-    assert text.startswith("service: STOPPED (the process is gone; its last state was written at ")
-    assert "devices (as last recorded):" in text
-
-
-@pytest.mark.timeout(120)
-def test_a_live_but_silent_service_is_not_responding_since_its_last_state(
-    service: tuple[subprocess.Popen[bytes], Path],
-) -> None:
-    proc, config = service
     proc.send_signal(signal.SIGSTOP)  # alive, but writes nothing
     try:
         last = _status_json(config)["service"]["updated_at"]
@@ -151,10 +137,19 @@ def test_a_live_but_silent_service_is_not_responding_since_its_last_state(
         st = _status_json(config, "--stale-after", "2")
         assert st["liveness"]["state"] == NOT_RESPONDING and not st["running"]
         assert st["service"]["updated_at"] == last
-        text = _status(config, "--stale-after", "2").stdout
+        text = _status(config, "--stale-after", "2")
         assert text.startswith(f"service: NOT RESPONDING since {last} (the process is alive")
     finally:
         proc.send_signal(signal.SIGCONT)
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    st = _status_json(config)  # at once: its last state is seconds old, far from any staleness limit
+    assert st["service"]["age_s"] < 30
+    assert not st["running"] and st["liveness"]["state"] == STOPPED
+    text = _status(config)
+    assert text.startswith("service: STOPPED (the process is gone; its last state was written at ")
+    assert "devices (as last recorded):" in text
 
 
 CAUSE = (
