@@ -67,7 +67,7 @@ def _capture(tmp_path: Path, n: int = 3000) -> Path:
     return path
 
 
-def _import_with_stderr_on_a_terminal(args: list[str]) -> tuple[int, str, bytes]:
+def _with_stderr_on_a_terminal(args: list[str]) -> tuple[int, str, bytes]:
     """Run with stderr on a pseudo-terminal and stdout into a pipe: (exit code, stdout, terminal bytes)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
@@ -89,7 +89,7 @@ def _import_with_stderr_on_a_terminal(args: list[str]) -> tuple[int, str, bytes]
 @pytest.mark.timeout(120)
 def test_import_on_a_terminal_draws_a_bar_and_leaves_only_its_result(tmp_path: Path) -> None:
     capture = _capture(tmp_path)
-    code, out, seen = _import_with_stderr_on_a_terminal(
+    code, out, seen = _with_stderr_on_a_terminal(
         [*CMD, "--db", str(tmp_path / "e.db"), "import", str(capture)]
     )
     assert code == 0, seen
@@ -103,7 +103,7 @@ def test_import_on_a_terminal_draws_a_bar_and_leaves_only_its_result(tmp_path: P
 def test_no_bar_with_json_even_on_a_terminal(tmp_path: Path) -> None:
     capture = _capture(tmp_path, 200)
     args = [*CMD, "--db", str(tmp_path / "e.db"), "import", "--json", str(capture)]
-    code, out, seen = _import_with_stderr_on_a_terminal(args)
+    code, out, seen = _with_stderr_on_a_terminal(args)
     assert code == 0 and seen == b""
     assert len(out.splitlines()) == 200
 
@@ -116,3 +116,36 @@ def test_no_bar_into_a_pipe(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0 and proc.stderr == b""
     assert proc.stdout.decode().startswith("imported 200 lines")
+
+
+@pytest.mark.timeout(120)
+def test_prune_on_a_terminal_draws_a_bar_per_stage_and_none_into_a_pipe(tmp_path: Path) -> None:
+    capture = tmp_path / "old.jsonl"
+    lines = (
+        json.dumps(
+            {
+                "source": "P/T",
+                "transitionId": i,
+                "bootId": "B1",
+                "arrivalAt": "2026-01-01T00:00:00Z",
+                "payload": {},
+            }
+        )
+        for i in range(300)
+    )
+    capture.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"site: plant-1\ngateway: gw\nstore:\n  path: {tmp_path / 'e.db'}\n  retention: {{batch_rows: 100}}\n"
+        "devices: []\n",
+        encoding="utf-8",
+    )
+    base = [*CMD, "-c", str(config)]
+    subprocess.run([*base, "import", str(capture)], check=True, capture_output=True, timeout=120)
+    prune = [*base, "prune", "--now", "2030-01-01T00:00:00Z"]
+    code, out, seen = _with_stderr_on_a_terminal(prune)
+    assert code == 0, seen
+    assert "prune arrivals [" in seen.decode() and "prune payloads [" in seen.decode()
+    assert out.startswith("pruned as of 2030-01-01T00:00:00.000Z")
+    piped = subprocess.run(prune, capture_output=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == b""
