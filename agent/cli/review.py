@@ -197,7 +197,7 @@ def conflict_lines(found: list[dict[str, Any]], total: int) -> list[str]:
     return out
 
 
-@review_cmd.command("conflicts")
+@review_cmd.command("conflicts", short_help="Conflicts: both payloads side by side.")
 @_output_options
 @click.option(
     "--limit", type=int, default=100, show_default=True, help="Conflicts shown for people (0: all)."
@@ -270,7 +270,7 @@ def pending_lines(found: list[dict[str, Any]], total: int) -> list[str]:
     return out
 
 
-@review_cmd.command("pending")
+@review_cmd.command("pending", short_help="Identity-incomplete arrivals, raw evidence.")
 @_output_options
 @click.option("--limit", type=int, default=100, show_default=True, help="Arrivals shown for people (0: all).")
 @click.pass_obj
@@ -304,7 +304,7 @@ def _who() -> str | None:
         return None
 
 
-@review_cmd.command("mark")
+@review_cmd.command("mark", short_help="Mark one reviewed, with a note.")
 @click.argument("arrival_id", type=int)
 @click.option("--note", required=True, metavar="TEXT", help="What was found or decided (kept with the mark).")
 @click.option("--by", metavar="NAME", help="Who reviewed it (default: the login name).")

@@ -86,7 +86,6 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
 def status_cmd(ctx: click.Context, config_path: str | None, as_json: bool, stale_after: float) -> None:
     """Show the running service's state, read from the store (no socket into the service).
 
-    \b
     The service: running, not responding, or stopped. The service records its
     PID and rewrites its state every few seconds; `running` means that PID is
     alive and the state is fresh, `not responding since ...` a live PID whose
