@@ -169,7 +169,7 @@ MIGRATIONS.append(LIVE_STATE_MIGRATION)
 
 
 REVIEW_MIGRATION: Migration = (
-    4,
+    len(MIGRATIONS) + 1,
     "review marks: an operator's note that a conflict or an identity-incomplete arrival was reviewed",
     [
         # Append-only: a later mark of the same arrival adds a row; nothing is updated or deleted,
