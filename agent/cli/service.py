@@ -243,33 +243,50 @@ def _service_lines(status: dict[str, Any]) -> list[str]:
 
 
 # Live-state fields that name a failing task; the supervisor writes one of these shapes:
-#   failing_task: "name" or {"name", "error", "restarts", "since"}; tasks: {name: {"state", ...}}
+#   tasks: [{"name", "state", "failures", "restarts", "last_error"}] (or {name: {...}});
+#   failing_task: "name" or {"name", "error", ...}; failing_tasks: [...]
 _FAILING_KEYS = {"failing_task", "failing_tasks", "tasks"}
+_QUIET_STATES = (None, "running", "ok", "stopped")
 
 
-def _failing_lines(svc: dict[str, Any]) -> list[str]:
-    """FAILING TASK lines for each task the service reports as failing, with its error in full."""
+def _tasks_of(svc: dict[str, Any]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     one = svc.get("failing_task")
     if isinstance(one, str) and one:
-        found.append({"name": one})
+        found.append({"name": one, "state": "failing"})
     elif isinstance(one, dict) and one:
-        found.append(one)
+        found.append({"state": "failing", **one})
     many = svc.get("failing_tasks")
     if isinstance(many, list):
-        found += [t if isinstance(t, dict) else {"name": str(t)} for t in many]
+        found += [
+            {"state": "failing", **t} if isinstance(t, dict) else {"name": str(t), "state": "failing"}
+            for t in many
+        ]
     tasks = svc.get("tasks")
     if isinstance(tasks, dict):
-        for name, t in tasks.items():
-            if isinstance(t, dict) and t.get("state") not in (None, "running", "ok", "stopped"):
-                found.append({"name": name, **t})
+        found += [{"name": name, **t} for name, t in tasks.items() if isinstance(t, dict)]
+    elif isinstance(tasks, list):
+        found += [t for t in tasks if isinstance(t, dict)]
+    return found
+
+
+def _failing_lines(svc: dict[str, Any]) -> list[str]:
+    """A FAILING TASK line for each task the service reports failing, and a line for each that
+    failed and was restarted, each with its last error in full."""
     out: list[str] = []
-    for t in found:
+    for t in _tasks_of(svc):
         name = t.get("name") or t.get("task") or "?"
-        extra = ", ".join(f"{k} {t[k]}" for k in ("state", "restarts", "since") if t.get(k) is not None)
         cause = t.get("error") or t.get("last_error") or ""
+        failing = t.get("state") not in _QUIET_STATES
+        if not failing and not t.get("failures"):
+            continue
+        extra = ", ".join(
+            f"{k} {t[k]}"
+            for k in ("state", "failures", "restarts", "since")
+            if t.get(k) not in (None, "failing")
+        )
         text = f"{name}" + (f" ({extra})" if extra else "") + (f": {cause}" if cause else "")
-        out += render.wrapped("FAILING TASK", text)
+        out += render.wrapped("FAILING TASK" if failing else "task restarted after failing", text)
     return out
 
 

@@ -236,14 +236,43 @@ def test_causes_are_shown_in_full_and_wrapped(monkeypatch: pytest.MonkeyPatch) -
                     "forwarder:mqtt": {"state": "failing", "last_error": "boom"},
                 }
             },
-            "FAILING TASK: forwarder:mqtt (state failing): boom",
+            "FAILING TASK: forwarder:mqtt: boom",
+        ),
+        (  # the supervisor's shape: a list of tasks with state, failures, restarts, last error
+            {
+                "tasks": [
+                    {
+                        "name": "recorder",
+                        "state": "running",
+                        "failures": 0,
+                        "restarts": 0,
+                        "last_error": None,
+                    },
+                    {
+                        "name": "poller:PUMP-07",
+                        "state": "restarting",
+                        "failures": 2,
+                        "restarts": 1,
+                        "last_error": "KeyError: 'ns'",
+                    },
+                ]
+            },
+            "FAILING TASK: poller:PUMP-07 (state restarting, failures 2, restarts 1): KeyError: 'ns'",
+        ),
+        (
+            {
+                "tasks": [
+                    {"name": "mqtt", "state": "running", "failures": 1, "restarts": 1, "last_error": "x"}
+                ]
+            },
+            "task restarted after failing: mqtt (state running, failures 1, restarts 1): x",
         ),
     ],
 )
 def test_a_failing_task_is_named(extra: dict[str, Any], expected: str) -> None:
     text = _rendered(_live(**extra))
     assert expected in _unwrapped(text)
-    assert "recorder (state running)" not in text
+    assert "recorder" not in text
 
 
 def test_live_fields_status_does_not_know_are_shown_not_dropped() -> None:
