@@ -139,6 +139,7 @@ CONFLICT_CSV = [
     "conflicting_raw",
     "reviewed",
     "last_review",
+    "identity_basis",
 ]
 
 
@@ -164,6 +165,7 @@ def _conflict_csv(c: dict[str, Any]) -> list[Any]:
         b["raw"],
         "yes" if c["reviewed"] else "no",
         _last_mark(c) or "",
+        c["identity_basis"],
     ]
 
 
@@ -177,7 +179,7 @@ def conflict_lines(found: list[dict[str, Any]], total: int) -> list[str]:
         out.append("")
         out.append(
             f"conflict arrival {c['arrival_id']}: {c['source']}  transitionId {c['transitionId']}"
-            f"  bootId {c['bootId']}  (canonical event {c['canonical_id']})"
+            f"  bootId {c['bootId']}  basis {c['identity_basis']}  (canonical event {c['canonical_id']})"
         )
         payload_a = "(pruned by retention)" if a["payload"] is None and a["payload_hash"] else a["payload"]
         payload_b = b["payload"] if b["payload"] is not None else b["raw"]
@@ -208,7 +210,7 @@ def conflicts_cmd(obj: Context, as_json: bool, as_csv: bool, open_only: bool, li
     payload hash and payload of both, and the review marks.
 
     With --json, one object per line: {"arrival_id", "canonical_id", "source",
-    "transitionId", "bootId", "canonical": {...}, "conflicting": {..., "raw"},
+    "transitionId", "bootId", "identity_basis", "canonical": {...}, "conflicting": {..., "raw"},
     "reviewed", "marks": [{"note", "marked_at", "marked_by"}]}.
     """
     _run_listing(
@@ -238,11 +240,13 @@ PENDING_CSV = [
     "raw",
     "reviewed",
     "last_review",
+    "identity_basis",
 ]
 
 
 def _pending_csv(p: dict[str, Any]) -> list[Any]:
-    return [*(p[f] for f in PENDING_CSV[:10]), "yes" if p["reviewed"] else "no", _last_mark(p) or ""]
+    reviewed = "yes" if p["reviewed"] else "no"
+    return [*(p[f] for f in PENDING_CSV[:10]), reviewed, _last_mark(p) or "", p["identity_basis"]]
 
 
 def pending_lines(found: list[dict[str, Any]], total: int) -> list[str]:
@@ -260,6 +264,7 @@ def pending_lines(found: list[dict[str, Any]], total: int) -> list[str]:
         out.append(
             f"  source {render.cell(p['source'])}  transitionId {render.cell(p['transitionId'])}"
             f"  bootId {render.cell(p['bootId'])}  sourceTimestamp {render.cell(p['sourceTimestamp'])}"
+            f"  basis {render.cell(p['identity_basis'])}"
         )
         out += render.wrapped("why", p["reason"] or "-")
         out += render.wrapped("raw", p["raw"])
@@ -280,7 +285,7 @@ def pending_review_cmd(obj: Context, as_json: bool, as_csv: bool, open_only: boo
 
     With --json, one object per line: {"arrival_id", "arrivalAt", "receiver", "line",
     "source", "transitionId", "bootId", "sourceTimestamp", "reason", "raw",
-    "reviewed", "marks": [...]}.
+    "identity_basis", "reviewed", "marks": [...]}.
     """
     _run_listing(
         obj,

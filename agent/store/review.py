@@ -71,7 +71,7 @@ _CONFLICTS = (
     "SELECT a.arrival_id, a.canonical_id, a.source, a.transition_id, a.boot_id,"
     " a.arrival_at, a.receiver, a.source_ts, a.payload_hash, a.raw,"
     " e.payload, coalesce(e.payload_hash, k.payload_hash), e.first_arrival_id, e.status,"
-    " f.arrival_at, f.receiver, f.source_ts"
+    " f.arrival_at, f.receiver, f.source_ts, coalesce(e.identity_basis, a.identity_basis)"
     " FROM arrivals a"
     " LEFT JOIN events e ON e.canonical_id = a.canonical_id"
     " LEFT JOIN event_keys k ON k.canonical_id = a.canonical_id"
@@ -98,6 +98,7 @@ async def conflicts(
                 "source": r[2],
                 "transitionId": r[3],
                 "bootId": r[4],
+                "identity_basis": r[17],
                 "canonical": {
                     "arrival_id": r[12],
                     "arrivalAt": r[14],
@@ -122,7 +123,8 @@ async def conflicts(
 
 
 _PENDING = (
-    "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at, receiver, reason, line, raw"
+    "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at, receiver, reason, line, raw,"
+    " identity_basis"
     " FROM arrivals WHERE decision = 'identity_incomplete' ORDER BY arrival_at, arrival_id"
 )
 
@@ -149,6 +151,7 @@ async def pending(
                 "reason": r[7],
                 "line": r[8],
                 "raw": _raw_text(r[9]),
+                "identity_basis": r[10],
                 "reviewed": arrival_id in noted,
                 "marks": noted.get(arrival_id, []),
             }

@@ -83,6 +83,7 @@ def test_a_conflict_shows_both_payloads_with_hashes_and_arrivals(db: Path) -> No
     assert kept["payload_hash"] != other["payload_hash"]
     assert json.loads(other["raw"]) == SECOND
     assert (c["reviewed"], c["marks"]) == (False, [])
+    assert c["identity_basis"] == "counter"  # the key came from the controller's counter
 
     text = run("--db", str(db), "review", "conflicts").stdout
     assert "1 conflict (" in text
@@ -90,11 +91,13 @@ def test_a_conflict_shows_both_payloads_with_hashes_and_arrivals(db: Path) -> No
     assert kept["payload_hash"] in row["payload_hash"] and other["payload_hash"] in row["payload_hash"]
     assert FIRST["arrivalAt"] in row["arrivalAt"] and SECOND["arrivalAt"] in row["arrivalAt"]
     assert '"severity":2' in row["payload"] and '"severity":3' in row["payload"]
+    assert "basis counter" in text
 
     rows = list(csv.DictReader(io.StringIO(run("--db", str(db), "review", "conflicts", "--csv").stdout)))
     assert [(r["arrival_id"], r["canonical_payload_hash"], r["conflicting_payload_hash"]) for r in rows] == [
         ("2", kept["payload_hash"], other["payload_hash"])
     ]
+    assert [r["identity_basis"] for r in rows] == ["counter"]
 
 
 def test_pending_shows_the_raw_evidence_and_why(db: Path) -> None:
@@ -107,6 +110,7 @@ def test_pending_shows_the_raw_evidence_and_why(db: Path) -> None:
     assert "why: missing bootId" in text and '"transitionId": "T92"' in text
     [row] = csv.DictReader(io.StringIO(run("--db", str(db), "review", "pending", "--csv").stdout))
     assert json.loads(row["raw"]) == NO_BOOT
+    assert p["identity_basis"] == row["identity_basis"] == "counter" and "basis counter" in text
 
 
 @pytest.mark.parametrize("listing", [["conflicts"], ["pending"]])
