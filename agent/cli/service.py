@@ -170,6 +170,12 @@ def _service_lines(status: dict[str, Any]) -> list[str]:
     rec = svc.get("recorder", {})
     if rec.get("store_problem"):
         out.append(f"  STORE CANNOT BE WRITTEN: {rec['store_problem']}")
+    for t in svc.get("tasks", []):
+        if t["failures"]:
+            out.append(
+                f"  TASK FAILED: {t['name']} ({t['state']}): {t['failures']} failures, "
+                f"{t['restarts']} restarts; last error: {t['last_error']}"
+            )
     out.append("")
     out.append("devices:")
     fields = ("device", "receiver", "state", "last_poll_at", "boot_id", "polls", "read_errors", "last_error")

@@ -16,6 +16,9 @@ Tables:
   event_keys        compact key records of canonical events whose payload was pruned (retention)
   forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
   retention_counts  what retention removed and how often a key horizon was passed
+  live_state        the running service's live state, for `status`
+  channel_positions per (source, bootId): the last transitionId a poller read (resume point)
+  ring_positions    per device: the ring head last read (resume point)
 """
 
 from __future__ import annotations
@@ -164,3 +167,24 @@ LIVE_STATE_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(LIVE_STATE_MIGRATION)
+
+
+# Where each poller stands, recorded with the reads that moved it: the agent resumes from here
+# after a restart (a stop, a crash, a power cut) instead of starting fresh.
+POSITIONS_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "tracker positions: last transitionId per source and boot, ring head per device",
+    [
+        """CREATE TABLE channel_positions(
+            source TEXT NOT NULL,
+            boot_id TEXT NOT NULL,
+            transition_id INTEGER NOT NULL,
+            PRIMARY KEY(source, boot_id)
+        ) STRICT, WITHOUT ROWID""",
+        """CREATE TABLE ring_positions(
+            device TEXT PRIMARY KEY,
+            head INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID""",
+    ],
+)
+MIGRATIONS.append(POSITIONS_MIGRATION)
