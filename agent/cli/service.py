@@ -51,7 +51,10 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
       edge-agent run -c /etc/edge-agent/config.yaml
     SIGTERM stops polling, commits what was read, drains upstream for a bounded
     time and exits 0. A configuration error exits 78 before anything starts
-    (the unit does not restart on 78); a store that cannot be opened exits 74.
+    (the unit does not restart on 78); a store that cannot be opened exits 74,
+    and so does a store found damaged while running (after an orderly stop).
+    Any other failure of a device connection, a forwarder or the recorder is
+    logged, counted and that task restarted; the service stays up.
     """
     from agent.service.run import serve  # imports the protocol libraries: only when running
 
