@@ -53,6 +53,8 @@ def check(ctx: click.Context, config_path: str | None, probe: bool, timeout: flo
         f"({counted(connections, 'connection')}), {counted(len(cfg.upstreams), 'upstream')},"
         f" store {cfg.store.path}"
     )
+    for warning in cfg.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if probe and not asyncio.run(_probe_all(cfg, timeout)):
         sys.exit(EX_UNAVAILABLE)
 
@@ -94,6 +96,8 @@ def describe(snap: Snapshot) -> str:
     for ch in snap.channels:
         if ch.error:
             parts.append(f"{ch.channel}: ERROR {ch.error}")
+        elif ch.window_ms is not None:
+            parts.append(f"{ch.channel}: {ch.state} at {ch.source_timestamp or '-'} (window key)")
         else:
             parts.append(f"{ch.channel}: T{ch.transition_id} {ch.state} at {ch.source_timestamp or '-'}")
     if snap.ring is not None:

@@ -65,6 +65,8 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     except ConfigError as exc:
         click.echo(f"edge-agent: configuration error:\n{exc}", err=True)
         sys.exit(EX_CONFIG)
+    for warning in cfg.warnings:  # said once per start, as `check` says it
+        click.echo(f"edge-agent: configuration warning: {warning}", err=True)
     try:
         code = asyncio.run(serve(cfg, db=ctx.obj.db_path))
     except StoreError as exc:

@@ -264,7 +264,10 @@ def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
         s.ctx.problem(s.line, s.path, "needs at least one channel")
     for name in list(s.data):
         c = s.sub(str(name))
-        tid = _counter(c, "transition_id", fields.read(c.sub("transition_id")))
+        window = _window(c)
+        tid = (
+            None if window is not None else _counter(c, "transition_id", fields.read(c.sub("transition_id")))
+        )
         state = fields.read(c.sub("state"))
         ts_raw = c.raw("source_timestamp")
         ts, from_state = None, False
@@ -285,12 +288,50 @@ def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
                     lat.problem("state", "'state' is the channel's state; name the latched field otherwise")
                 latched[str(lname)] = fields.read(lat.sub(str(lname)))
             lat.finish()
-        for key in ("transition_id", "state"):
-            if not c.has(key):
-                c.ctx.problem(c.line, c.key_path(key), "missing")
+        if not c.has("state"):
+            c.ctx.problem(c.line, c.key_path("state"), "missing")
         c.finish()
-        out.append(Channel(str(name), tid, state, ts, from_state, latched))
+        out.append(
+            Channel(str(name), tid, state, ts, from_state, latched, window, c.path, c.key_line("window"))
+        )
     return tuple(out)
+
+
+WINDOW_DOCS = "docs/window-keys.md"
+
+
+def _window(c: _Section) -> float | None:
+    """The channel's window (seconds) when it opted in with ``identity: window``, else None.
+
+    A channel without a counter is refused unless it opts in (contract section 8): a window key
+    merges two real changes inside one window, so it is never a silent default.
+    """
+    identity = c.get("identity", _one_of("counter", "window"), "counter")
+    window = c.get("window", _positive_duration, None)
+    if identity != "window":
+        if c.has("window"):
+            c.problem("window", "needs identity: window (a channel with a counter keys on its counter)")
+        if not c.has("transition_id"):
+            c.ctx.problem(
+                c.line,
+                c.key_path("transition_id"),
+                "missing: an event channel needs the controller's transition counter; a channel "
+                "without one may opt in to window keys with identity: window and a window "
+                f"duration (see {WINDOW_DOCS})",
+            )
+        return None
+    if c.has("transition_id"):
+        c.problem(
+            "transition_id", "a window channel has no counter: leave out transition_id or identity: window"
+        )
+        c.used.add("transition_id")
+    if window is None and not c.has("window"):
+        c.problem(
+            "window", f"missing: identity: window needs a window duration, e.g. 60s (see {WINDOW_DOCS})"
+        )
+    elif window is not None and window < 0.001:
+        c.problem("window", "must be at least 1ms (the unit of the window index)")
+    return window if window is not None else 60.0
 
 
 def _ring(s: _Section, fields: _FieldReader, modbus: bool) -> Ring:

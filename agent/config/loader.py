@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agent.config.devices import _device
+from agent.config.identity import horizon_problems, window_warnings
 from agent.config.retention import RetentionSettings, read_retention
 from agent.config.sources import (
     Channel,
@@ -108,6 +109,7 @@ class Config:
     upstreams: tuple[Upstream, ...] = ()
     metrics: Metrics | None = None
     file: str = ""
+    warnings: tuple[str, ...] = ()  # `check` and `run` say them; nothing fails
 
 
 # --- the loader ------------------------------------------------------------------------------
@@ -138,11 +140,14 @@ def load(path: str | Path, *, check_files: bool = True) -> Config:
     devices += _devices_dir(top, main, problems, check_files)
     top.finish()
     _check_names(devices, problems)
+    problems += horizon_problems(devices, store.retention)
     if not devices and not problems:
         problems.append(Problem(str(main), top.line, "devices", "no devices configured"))
     if problems:
         raise ConfigProblems(problems)
-    return Config(site, gateway, store, tuple(devices), upstreams, metrics, str(main))
+    return Config(
+        site, gateway, store, tuple(devices), upstreams, metrics, str(main), window_warnings(devices)
+    )
 
 
 def _check_names(devices: list[Device], problems: list[Problem]) -> None:

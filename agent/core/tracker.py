@@ -35,6 +35,8 @@ not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core
   may have delivered it), so a gap names only what is missing.
 * **Ring entries** are delivered (``live=False``) with the boot id each entry carries, however
   late: those after the last ring head read (all of them when none is known).
+* **Window channels** (no counter, ``identity: window``) are delivered when their state
+  changes, with a window key (:class:`agent.core.window.WindowChanges`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from agent.core.snapshot import (
     is_wrap,
     make_delivery,
 )
+from agent.core.window import WindowChanges
 
 U32 = 2**32
 Range = tuple[int, int]
@@ -109,6 +112,7 @@ class DeviceTracker:
         self.ring_due = True
         self._recent: OrderedDict[ReadIdentity, None] = OrderedDict()
         self._recent_max = RECENT_READS
+        self.windows = WindowChanges(device)
 
     def reconnected(self) -> None:
         """Call after every (re)connect: the next snapshot reads the ring (the outage may hide entries)."""
@@ -240,6 +244,10 @@ class DeviceTracker:
         missing: dict[str, list[Range]] = {}
         anomalies: list[Anomaly] = []
         for ch in snap.channels:
+            if ch.window_ms is not None:  # no counter: a window key when the state changes
+                if (window_delivery := self.windows.observe(snap, ch)) is not None:
+                    out.append(window_delivery)
+                continue
             tid = ch.transition_id
             if tid is None:
                 continue
