@@ -15,9 +15,9 @@ not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core
   carries the positions it moved (:class:`Positions`) so the store records them with it.
 * **No cache in front of the store.** Every change is delivered and the store alone decides
   ``duplicate`` or ``conflict`` (a counter reset that reuses a key with other content is a
-  ``conflict``, never dropped here). The only thing not delivered again is a ring entry
-  identical (key, source time, state) to one of the last reads of this tracker: the same
-  transition read twice over one path, within the ring's capacity.
+  ``conflict``, never dropped here). The only thing not delivered again is a ring entry or a
+  live read identical (key, source time, state) to one of the last reads of this tracker (an
+  OPC UA event, an earlier live read): the same transition read twice over one path.
 * **Boot change.** A new boot id read from the controller is a ``BootSighting`` with evidence
   (which register or node, the previous value, OPC UA ``ServerStatus/StartTime``). Counters of
   a boot seen starting while we watched start from 0, so a first read of T3 there means T1, T2
@@ -295,7 +295,10 @@ class DeviceTracker:
         """The channel's current transition, unless it is 0 ("none yet")."""
         if tid == 0:
             return None
-        self._read((ch.channel, snap.boot_id, tid, ch.source_timestamp, ch.state))
+        identity = (ch.channel, snap.boot_id, tid, ch.source_timestamp, ch.state)
+        if identity in self._recent:
+            return None  # this very transition came as an OPC UA event already: the same read twice
+        self._read(identity)
         boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
         if snap.boot_error:
             boot_raw["error"] = snap.boot_error
@@ -384,9 +387,8 @@ class DeviceTracker:
         return out
 
     def _read(self, identity: ReadIdentity) -> None:
-        """Keep the last reads (as many as the ring holds): a ring entry is matched against them."""
-        if not self.ring_mapped:
-            return
+        """Keep the last reads (at least as many as the ring holds): a ring entry or a live read
+        identical to one of them (key, source time and state) is the same transition again."""
         self._recent[identity] = None
         self._recent.move_to_end(identity)
         while len(self._recent) > self._recent_max:

@@ -127,3 +127,13 @@ def test_a_ring_entry_read_live_before_is_not_delivered_again_but_one_with_other
     obs = tracker.observe(snap("17", 2, RingRead(3, 8, (entry(1, 1), entry(2, 2), reused))))
     assert [(d.transition_id, d.live) for d in obs.deliveries] == [("1", False), ("2", True)]
     assert obs.deliveries[0].source_timestamp == "2026-04-22T08:59:00.000Z"
+
+
+def test_a_live_read_of_a_transition_an_opc_ua_event_delivered_is_not_delivered_again() -> None:
+    tracker = DeviceTracker(DEV, resume=Resume("17", {"Trip": 0}))
+    event = tracker.observe_entries([entry(1, 1)], read_at="x", receiver="opcua:x")
+    same = tracker.observe(snap("17", 1))
+    other = tracker.observe(snap("17", 2, state="Normal"))
+    assert [d.transition_id for d in event.deliveries] == ["1"]
+    assert same.deliveries == () and same.positions == Positions(DEV, "17", {"Trip": 1}, None)
+    assert [d.transition_id for d in other.deliveries] == ["2"]
