@@ -130,8 +130,7 @@ class Service:
     async def run(self, stop: asyncio.Event) -> int:
         store, alarm = await open_store(self.path, self.cfg, self.clock)
         self.live.store_problem = alarm
-        fatal = Fatal(stop)
-        self.supervisor = Supervisor(fatal, tasks=self.live.tasks)
+        fatal = self.supervisor.fatal = Fatal(stop)  # a fatal store error ends this run
         stopping: StopSequence | None = None
         try:
             await store.register_upstreams([(u.name, u.backfill) for u in self.cfg.upstreams], self.now())
