@@ -385,15 +385,17 @@ async def stop_campaign(work: Path, *, stops: int, seed: int, rate: float = 100.
 
 
 async def resume_kill_campaign(
-    work: Path, *, kills: int, seed: int, rate: float = 8.0, ring: int = 3, devices: int = 3
-) -> dict[str, Any]:
+    work: Path, *, kills: int, seed: int, rate: float = 8.0, ring: int = 3, devices: int = 3,
+    up_s: float = 1.2, down_s: float = 0.6,
+) -> dict[str, Any]:  # fmt: skip
     """`kills` x (start the agent, let it poll for a random time, kill -9, leave it down for a
     random time) while the controllers change all the time and keep only `ring` entries.
 
     What is checked is silent loss: every transition the simulators made after the agent first
     watched them is a canonical event, or lies inside a gap or overrun record of its source and
-    boot (`checker.account`). One kill in five lands during start-up; the agent stays down for
-    up to 0.6 s after each kill (the counters move on meanwhile). Ends with a clean stop.
+    boot (`checker.account`). One kill in five lands during start-up, the others up to `up_s`
+    after it; the agent stays down for up to `down_s` after each kill (the counters move on
+    meanwhile, as they do during each start). Ends with a clean stop.
     """
     rng = random.Random(seed)
     db = work / "events.db"
@@ -409,9 +411,9 @@ async def resume_kill_campaign(
                 await asyncio.sleep(rng.uniform(0.05, 0.9))
             else:
                 await agent.started()
-                await asyncio.sleep(rng.uniform(0.1, 1.2))
+                await asyncio.sleep(rng.uniform(0.1, up_s))
             await agent.kill9()
-            await asyncio.sleep(rng.uniform(0.0, 0.6))
+            await asyncio.sleep(rng.uniform(0.0, down_s))
             await agent.start()
         await load.halt()
         await agent.started()

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(150)
 async def test_kill9_while_counters_move_on_loses_nothing_silently(
     harness: ModuleType, tmp_path: Path
 ) -> None:
-    figures = await harness.resume_kill_campaign(tmp_path, kills=KILLS_IN_CI, seed=SEED)
+    figures = await harness.resume_kill_campaign(tmp_path, kills=KILLS_IN_CI, seed=SEED, up_s=0.6, down_s=0.3)
     text = json.dumps(figures)
     assert figures["made"] > 0 and figures["canonical"] > 0, text  # the campaign did something
     assert figures["lost_silently"] == 0, text
