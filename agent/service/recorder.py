@@ -30,7 +30,7 @@ from typing import Any
 
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.decide import Outcome
-from agent.core.errors import StoreError
+from agent.core.errors import StoreCorrupt, StoreError
 from agent.core.snapshot import Observations
 from agent.store.store import Store
 
@@ -74,6 +74,7 @@ class Recorder:
         self._commit_started: float | None = None
         self.store_problem: str | None = None
         self._queue: asyncio.Queue[Observations] = asyncio.Queue(queue_size)
+        self._held: list[Observations] | None = None  # a batch whose commit failed unexpectedly
 
     async def submit(self, obs: Observations) -> None:
         """Queue one poll's observations; waits only when the store is far behind."""
@@ -92,6 +93,8 @@ class Recorder:
         """Commit batches until ``stop`` is set and the queue is empty."""
         stopping = asyncio.ensure_future(stop.wait())
         try:
+            if self._held is not None:  # restarted by the supervisor: that batch first, not lost
+                await self._commit_retrying(self._held, stop)
             while True:
                 first = await self._first(stop, stopping)
                 if first is None:
@@ -130,10 +133,13 @@ class Recorder:
         batch in memory and retry every `retry_s` seconds: the queue fills, pollers wait on
         `submit`, and the controllers' ring buffers are the backstop. Said loudly once per
         change of problem; resumes by itself when space is freed. Gives up only at shutdown."""
+        self._held = list(batch)  # until committed: an unexpected exception keeps it for the restart
         while True:
             self._commit_started = time.monotonic()
             try:
                 await self.commit(batch)
+            except StoreCorrupt:
+                raise  # fatal: the service stops and the damaged store is moved aside at the next start
             except StoreError as exc:
                 self.stats.store_errors += 1
                 if self.store_problem != str(exc):
@@ -142,12 +148,14 @@ class Recorder:
                 self.store_problem = str(exc)
                 if stop.is_set():
                     log.error("shutting down with %d uncommitted observations (store: %s)", len(batch), exc)
+                    self._held = None
                     return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.retry_s)
                 continue
             finally:
                 self._commit_started = None
+            self._held = None
             if self.store_problem is not None:
                 log.warning("store writable again after %d failed attempts", self.stats.store_errors)
                 self.store_problem = None
@@ -158,20 +166,20 @@ class Recorder:
         deliveries: list[Delivery] = [d for obs in batch for d in obs.deliveries]
         anomalies = [a for obs in batch for a in obs.anomalies]
         sightings = [b for obs in batch for b in obs.boots]
+        positions = [obs.positions for obs in batch if obs.positions is not None]
         outcomes: list[Outcome] = []
-        if deliveries or anomalies or sightings:
+        if deliveries or anomalies or sightings or positions:
             outcomes = await self.store.record(
-                deliveries, boot_sightings=sightings, anomalies=anomalies, now=self.clock()
+                deliveries,
+                boot_sightings=sightings,
+                anomalies=anomalies,
+                positions=positions,
+                now=self.clock(),
             )
         self.stats.batches += 1
         self.stats.deliveries += len(deliveries)
         self.stats.boots += len(sightings)
         self.stats.anomalies += len(anomalies)
-        if anomalies:
-            for a in anomalies:
-                log.warning(
-                    "%s source=%s boot_id=%s from=%s to=%s", a.kind, a.source, a.boot_id, a.first, a.last
-                )
         if self.on_commit is not None:
             self.on_commit(batch, outcomes)
         return outcomes
