@@ -101,13 +101,13 @@ async def arrivals(
         _stream(
             db,
             "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at, decision,"
-            " canonical_id, payload_hash, reason, flags, receiver, line, live, raw"
+            " canonical_id, payload_hash, reason, flags, receiver, line, live, raw, via"
             f" FROM arrivals {where} ORDER BY {sort}",
         )
     ) as rows:
         async for r in rows:
             decision = r[6]
-            yield {
+            row = {
                 "arrival_id": r[0],
                 "source": r[1],
                 "transitionId": r[2],
@@ -127,6 +127,9 @@ async def arrivals(
                 "live": bool(r[13]),
                 "raw": _raw_text(r[14]),
             }
+            if r[15] is not None:  # OPC UA alarm arrivals: live or refresh (contract 7)
+                row["via"] = r[15]
+            yield row
 
 
 async def pending(db: aiosqlite.Connection) -> AsyncGenerator[dict[str, Any], None]:
