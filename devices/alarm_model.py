@@ -18,8 +18,8 @@ and a ConditionRefresh does not send it. Every transition is one event with its 
 
 EventIds: ``unique`` builds them like node-opcua (16 random bytes chosen per server
 generation plus a counter), so they differ across restarts; ``counter`` is a plain 8-byte
-counter that starts again at 1 after a restart, so a restarted server reuses EventIds (the
-specification allows it). Both kinds exist in the field.
+counter that starts again at 1 after a restart that loses the alarm state, so a restarted
+server reuses EventIds (the specification allows it). Both kinds exist in the field.
 """
 
 from __future__ import annotations
@@ -114,12 +114,18 @@ class AlarmBook:
         return [c.last for c in self.conditions.values() if c.retain and c.last is not None]
 
     def restart(self, *, keep: bool) -> None:
-        """A server restart: a new EventId generation; ``keep`` False loses every condition's state
-        (as node-opcua does), True keeps pending alarms (as an S7-1500 does)."""
+        """A server restart: a new EventId prefix; ``keep`` False loses every condition's state (as
+        node-opcua does) and a ``counter`` server starts again at 1, reusing EventIds; True keeps
+        pending alarms (as an S7-1500 does) and their EventIds, so the counter goes on."""
         self._prefix = os.urandom(16)
-        self._counter = 0
         if not keep:
+            self._counter = 0
             self.conditions.clear()
+
+    def reset(self, event_ids: EventIdKind | None = None) -> None:
+        """Forget every condition and start the EventIds again (a test's fresh start)."""
+        self.event_ids = event_ids or self.event_ids
+        self.restart(keep=False)
 
     def reword(self, controller: str, name: str, message: str) -> None:
         """Change the Message of a condition's last event (a refreshed copy may differ in it)."""

@@ -170,6 +170,12 @@ class OpcUaSimServer:
         self.alarms.forget_objects()
         await self.start()
 
+    def reset_alarms(self, event_ids: EventIdKind | None = None) -> None:
+        """Forget every alarm condition and the refreshes answered (one server shared by tests)."""
+        self.alarm_book.reset(event_ids)
+        self.alarms.forget_objects()
+        self.alarms.refreshes.clear()
+
     async def alarm(self, controller: str, condition: str, action: str) -> AlarmEvent:
         """One alarm transition (``activate``, ``acknowledge``, ``clear``) and its event to every
         subscription on the Server object (none while the server is stopped)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import yaml
 
 from agent.config import loader as config
@@ -103,9 +104,9 @@ class Rig:
         return config.load(path).devices
 
     @asynccontextmanager
-    async def agent(self) -> AsyncIterator[View]:
-        """The agent running (pollers + recorder) on ``tmp/store.db``; leaving it stops the agent."""
-        store = await Store.open(self.tmp / "store.db")
+    async def agent(self, db: str = "store.db") -> AsyncIterator[View]:
+        """The agent running (pollers + recorder) on ``tmp/<db>``; leaving it stops the agent."""
+        store = await Store.open(self.tmp / db)
         recorder = Recorder(store)
         stop, stop_recorder = asyncio.Event(), asyncio.Event()
         rec = asyncio.create_task(recorder.run(stop_recorder), name="recorder")
@@ -125,21 +126,31 @@ class Rig:
         return ev.event_id.hex()
 
 
-@pytest.fixture
-async def rig(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
-    """``@pytest.mark.parametrize("rig", [{"event_ids": "counter"}], indirect=True)`` sets options."""
-    options: dict[str, Any] = getattr(request, "param", {})
-    server = OpcUaSimServer(
-        [Controller(PLC, [ChannelSpec("Trip")])], alarm_event_ids=options.get("event_ids", "unique")
-    )
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def sim() -> AsyncIterator[tuple[OpcUaSimServer, CutLink]]:
+    """One simulator per module (``Server.init`` costs ~2 s, more under load) and its link."""
+    server = OpcUaSimServer([Controller(PLC, [ChannelSpec("Trip")])])
     await server.start()
     link = CutLink("127.0.0.1", server.port)
     await link.start()
     try:
-        yield Rig(server, link, tmp_path)
+        yield server, link
     finally:
         await link.stop()
         await server.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def rig(
+    sim: tuple[OpcUaSimServer, CutLink], tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Rig]:
+    """The shared simulator with no alarms; ``@pytest.mark.parametrize("rig", [{"event_ids":
+    "counter"}], indirect=True)`` picks how it makes EventIds."""
+    options: dict[str, Any] = getattr(request, "param", {})
+    server, link = sim
+    server.reset_alarms(options.get("event_ids", "unique"))
+    link.restore()
+    yield Rig(server, link, tmp_path)
 
 
 @pytest.fixture
