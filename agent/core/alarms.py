@@ -168,7 +168,6 @@ class AlarmTracker:
         anomalies: list[Anomaly] = []
         refresh_now = False
         for ev in events:
-            self.last_event_at = at
             if ev.kind == "refresh_start":
                 self.in_refresh, self.refreshed = True, set()
             elif ev.kind == "refresh_end":
@@ -178,6 +177,7 @@ class AlarmTracker:
                 refresh_now = True
             elif ev.kind == "condition":
                 deliveries.append(self._condition(ev, at, receiver))
+            self.last_event_at = at  # after: a RefreshRequired's gap starts before it
         return Observations(tuple(deliveries), (), tuple(anomalies)), refresh_now
 
     def refresh_failed(self, at: str, reason: str) -> Observations:
