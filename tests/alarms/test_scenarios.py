@@ -245,3 +245,17 @@ async def test_a7_refresh_required_gives_a_gap_then_a_refresh_and_no_duplicate_c
         ]
         [gap] = await view.anomalies()
         assert (gap["source"], gap["kind"], gap["evidence"]["reason"]) == (NOTIFIER, "gap", "RefreshRequired")
+
+
+async def test_a_condition_type_filter_and_own_template_still_give_the_full_payload(
+    rig: Any, wait_until: Any
+) -> None:
+    rig.alarms = {"types": ["i=2782"], "template": "{ConditionName}", "channel": "plc-alarms"}
+    async with rig.agent() as view:
+        await wait_until(lambda: refreshed(rig, 1))
+        await rig.alarm("HighTemp", "activate")
+        await wait_until(lambda: has_events(view, 1))
+        [event] = await view.events()
+        assert event["source"] == f"{PLC}/HighTemp"
+        assert (event["payload"]["ActiveState/Id"], event["payload"]["AckedState/Id"]) == (True, False)
+        assert event["payload"]["ConditionId"] == "nsu=urn:edge-agent:sim;s=PLC-1.Alarms.HighTemp"

@@ -19,8 +19,14 @@ GEN, GEN2 = "2026-04-22T08:00:00.000Z", "2026-04-22T09:00:00.000Z"
 RX = "opcua:test"
 
 
-def cond(eid: str | None, name: str = "HighTemp", *, t: str = "2026-04-22T08:00:01.000Z", active: bool = True,
-         **extra: Any) -> AlarmEvent:
+def cond(
+    eid: str | None,
+    name: str = "HighTemp",
+    *,
+    t: str = "2026-04-22T08:00:01.000Z",
+    active: bool = True,
+    **extra: Any,
+) -> AlarmEvent:
     fields = {
         "ConditionId": f"nsu=urn:x;s=PLC.{name}",
         "BranchId": None,
@@ -52,7 +58,9 @@ def feed(t: AlarmTracker, events: list[AlarmEvent], at: str = "t1") -> Any:
     ("events", "expected"),
     [
         pytest.param([cond("aa")], [("aa", "live")], id="an event outside a bracket is live"),
-        pytest.param([START, cond("aa"), END], [("aa", "refresh")], id="an event inside the bracket is refresh"),
+        pytest.param(
+            [START, cond("aa"), END], [("aa", "refresh")], id="an event inside the bracket is refresh"
+        ),
         pytest.param(
             [START, cond("aa"), END, cond("bb")],
             [("aa", "refresh"), ("bb", "live")],
@@ -79,7 +87,9 @@ def test_how_each_event_came(events: list[AlarmEvent], expected: list[tuple[str,
         pytest.param(cond("0a0b"), None, ("bootId",), id="no generation read: identity incomplete"),
     ],
 )
-def test_the_key_of_an_alarm_delivery(event: AlarmEvent, generation: str | None, missing: tuple[str, ...]) -> None:
+def test_the_key_of_an_alarm_delivery(
+    event: AlarmEvent, generation: str | None, missing: tuple[str, ...]
+) -> None:
     d = alarm_delivery("PLC", "PLC.HighTemp", event, generation, via="live", at="t", receiver=RX)
     assert d.missing == missing
     assert (d.key is None) == bool(missing)
@@ -90,11 +100,20 @@ def test_the_key_of_an_alarm_delivery(event: AlarmEvent, generation: str | None,
 
 def test_the_payload_holds_the_transition_fields_and_evidence_the_rest() -> None:
     loud = alarm_delivery("PLC", "c", cond("aa", Message="HIGH!"), GEN, via="live", at="t", receiver=RX)
-    quiet = alarm_delivery("PLC", "c", cond("aa", Message="high", Severity=100), GEN, via="refresh", at="t",
-                           receiver=RX)
+    quiet = alarm_delivery(
+        "PLC", "c", cond("aa", Message="high", Severity=100), GEN, via="refresh", at="t", receiver=RX
+    )
     assert sorted(loud.payload) == sorted(
-        ["ConditionId", "BranchId", "Time", "ActiveState/Id", "AckedState/Id", "ConfirmedState/Id",
-         "EnabledState/Id", "Retain"]
+        [
+            "ConditionId",
+            "BranchId",
+            "Time",
+            "ActiveState/Id",
+            "AckedState/Id",
+            "ConfirmedState/Id",
+            "EnabledState/Id",
+            "Retain",
+        ]
     )
     assert loud.payload_hash == quiet.payload_hash  # Message and Severity are evidence: a variant
     assert loud.evidence["Message"] == "HIGH!"

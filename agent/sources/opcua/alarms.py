@@ -4,9 +4,9 @@ asyncua's event objects turned into :class:`agent.core.alarms.AlarmEvent`.
 Holds :class:`AlarmLink` (the alarm side of one session) and the conversion of one event. It
 must not decide anything: the bracket, gaps and anomalies are :class:`agent.core.alarms.AlarmTracker`.
 
-* The event monitored item on the notifier (default the Server object) selects the configured
-  condition types plus RefreshStart (i=2787), RefreshEnd (i=2788) and RefreshRequired (i=2789);
-  asyncua builds the select clauses from the types and adds the ConditionId as ``NodeId``. The
+* The event monitored item on the notifier (default the Server object) passes the configured
+  condition types plus RefreshStart (i=2787), RefreshEnd (i=2788) and RefreshRequired (i=2789),
+  and selects the fields of AlarmConditionType (asyncua adds the ConditionId as ``NodeId``). The
   item gets a real queue (``alarms.queue``): with a queue of 1 a server may drop transitions.
 * ConditionRefresh is method i=3875 called on ConditionType (i=2782) with this subscription's
   id: on the Server object it fails with ``BadMethodInvalid``. It runs after every subscribe,
@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncua
+from asyncua.common.events import get_filter_from_event_type
 
 from agent.config.sources import Alarms
 from agent.core.alarms import PAYLOAD_FIELDS, AlarmEvent, Kind
@@ -136,10 +137,18 @@ class AlarmLink:
         """The namespace table (for ``nsu=`` ids), then the event subscription."""
         self.namespaces = list(await self.client.get_namespace_array())
         self.sub = await self.client.create_subscription(self.publishing * 1000, self.handler)
-        types = [node(self.client, t, idx) for t in self.cfg.types]
-        types += [self.client.get_node(ua.NodeId(t)) for t in BRACKET]
+        bracket = [self.client.get_node(ua.NodeId(t)) for t in BRACKET]
+        wanted = [node(self.client, t, idx) for t in self.cfg.types] + bracket
+        # The select clauses always name the AlarmConditionType fields the contract needs, whatever
+        # the type filter: asyncua would select only the fields of the types given, so a filter
+        # on ConditionType (i=2782) would leave out ActiveState/Id and AckedState/Id.
+        fields = await get_filter_from_event_type(
+            [self.client.get_node(ua.NodeId(OIDS.AlarmConditionType)), *bracket], False
+        )
+        where = await get_filter_from_event_type(wanted, True)
+        evfilter = ua.EventFilter(SelectClauses=fields.SelectClauses, WhereClause=where.WhereClause)
         notifier = node(self.client, self.cfg.notifier, idx)
-        await self.sub.subscribe_events(notifier, types, queuesize=self.cfg.queue)
+        await self.sub.subscribe_events(notifier, wanted, evfilter=evfilter, queuesize=self.cfg.queue)
 
     async def refresh(self) -> None:
         """ConditionRefresh for this subscription (raises ua.UaError when the server refuses)."""
