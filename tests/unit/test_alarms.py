@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.core.alarms import AlarmEvent, AlarmTracker, alarm_delivery, channel_name
 from agent.store.store import Store
@@ -238,3 +240,35 @@ async def test_the_store_makes_a_known_refreshed_key_a_duplicate_and_an_unknown_
         ]
     finally:
         await store.close()
+
+
+_step = st.one_of(
+    st.sampled_from(["start", "end", "required"]),
+    st.tuples(
+        st.sampled_from(["aa", "bb", "cc", None]), st.sampled_from(["HighTemp", "LowLevel"]), st.booleans()
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_step, max_size=30))
+def test_every_condition_event_is_one_delivery_and_via_says_whether_a_bracket_was_open(
+    steps: list[Any],
+) -> None:
+    t = tracker()
+    open_ = False
+    for step in steps:
+        if isinstance(step, str):
+            ev = {"start": START, "end": END, "required": REQUIRED}[step]
+            obs, _ = t.observe([ev], at="t", receiver=RX)
+            assert obs.deliveries == ()
+            open_ = {"start": True, "end": False}.get(step, open_)
+            assert all(a.kind in ("gap", "absent_at_refresh") for a in obs.anomalies)
+            continue
+        eid, name, active = step
+        obs, refresh_now = t.observe([cond(eid, name, active=active)], at="t", receiver=RX)
+        [d] = obs.deliveries
+        assert not refresh_now and obs.anomalies == ()
+        assert d.via == ("refresh" if open_ else "live")
+        assert d.transition_id == eid and (d.key is None) == (eid is None)
+        assert not any(a.kind == "gap" for a in obs.anomalies)
