@@ -14,7 +14,8 @@ events and passes the times in.
   with ``via`` ``refresh``, otherwise ``live``. The store decides: a known key is a duplicate,
   an unknown one a canonical flagged ``refresh``. The bracket events are never deliveries.
 * **Gap per reconnect.** Refresh re-sends only the last event of retained conditions, so what
-  happened while away may be lost: after every reconnect (not the first connect) a ``gap``
+  happened while away may be lost: after every reconnect (also the first connect after the
+  agent restarted, from the store's :class:`AlarmMemory`; not the very first one) a ``gap``
   record on ``<device>/<channel>`` covers the time from the last event seen to the end of the
   refresh. ``RefreshRequired`` is the same: a gap, then a refresh (the source calls it).
 * **Absent at refresh.** A condition last seen active that the refresh does not re-send gets
@@ -26,7 +27,7 @@ events and passes the times in.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,6 +74,31 @@ class AlarmEvent:
     @property
     def active(self) -> bool:
         return self.fields.get("ActiveState/Id") is True
+
+
+@dataclass(frozen=True, slots=True)
+class SeenCondition:
+    """The latest state of one condition as the store holds it (its latest ``Time``)."""
+
+    channel: str
+    time: str | None
+    active: bool
+    event_id: str | None
+    generation: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlarmMemory:
+    """What the store holds of a device's alarms, so a tracker judges the first connect after the
+    agent restarts as if it had never been away (contract section 3): a gap from the last alarm
+    arrival, ``absent_at_refresh`` for alarms last seen active."""
+
+    last_event_at: str | None = None
+    generation: str | None = None
+    conditions: tuple[SeenCondition, ...] = ()
+
+
+AlarmMemoryReader = Callable[[str], Awaitable[AlarmMemory]]  # device name -> its memory
 
 
 def channel_name(template: str, ev: AlarmEvent) -> str:
@@ -138,6 +164,16 @@ class AlarmTracker:
         self.gap_reason = ""
         self.refreshed: set[str] = set()
         self.seen: dict[str, _Seen] = {}
+
+    def resume(self, memory: AlarmMemory) -> None:
+        """Before the first connect: take what the store remembers (nothing: a first start)."""
+        if self.connections or memory.last_event_at is None:
+            return
+        self.last_event_at = self.connected_at = memory.last_event_at
+        self.generation = memory.generation
+        self.connections = 1  # the coming connect is a reconnect: the time away is a gap
+        for c in memory.conditions:
+            self.seen[c.channel] = _Seen(c.time, c.active, c.event_id, c.generation)
 
     def connected(self, generation: str | None, at: str, *, start_time: bool, receiver: str) -> Observations:
         """A (re)connect read ``generation``; a BootObserved when it is a new StartTime.

@@ -174,7 +174,10 @@ class Service:
         cfg = self.cfg
         r.recorder_tasks.append(tg.create_task(r.recorder.run(r.stop_recorder), name="recorder"))
         r.poller_tasks.append(
-            tg.create_task(run_pollers(cfg.devices, r.recorder, r.stop_polling, self.live), name="pollers")
+            tg.create_task(
+                run_pollers(cfg.devices, r.recorder, r.stop_polling, self.live, r.store.read_alarm_memory),
+                name="pollers",
+            )
         )
         for f in r.forwarders:
             run = f.run(r.stop_forwarding, drain_s=self.budget.drain_s)

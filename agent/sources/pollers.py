@@ -23,29 +23,34 @@ from collections.abc import Sequence
 from typing import assert_never
 
 from agent.config.sources import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
+from agent.core.alarms import AlarmMemoryReader
 from agent.core.live import ServiceLive
 from agent.sources.base import ObservationSink, Source, run_source
 from agent.sources.modbus.poller import ModbusSource
 from agent.sources.opcua.poller import OpcUaSource
 
 
-def build_source(device: Device, conn: Connection) -> Source:
+def build_source(device: Device, conn: Connection, alarm_memory: AlarmMemoryReader | None = None) -> Source:
     match conn:
         case ModbusTcp() | ModbusRtu():
             return ModbusSource(device, conn)
         case OpcUa():
-            return OpcUaSource(device, conn)
+            return OpcUaSource(device, conn, alarm_memory=alarm_memory)
         case _:
             assert_never(conn)
 
 
 async def run_device(
-    device: Device, sink: ObservationSink, stop: asyncio.Event, live: ServiceLive | None = None
+    device: Device,
+    sink: ObservationSink,
+    stop: asyncio.Event,
+    live: ServiceLive | None = None,
+    alarm_memory: AlarmMemoryReader | None = None,
 ) -> None:
     """Poll every connection of one device until ``stop``; one task per connection."""
     async with asyncio.TaskGroup() as tg:
         for conn in device.connections:
-            source = build_source(device, conn)
+            source = build_source(device, conn, alarm_memory)
             tg.create_task(
                 run_source(
                     source,
@@ -60,9 +65,15 @@ async def run_device(
 
 
 async def run_pollers(
-    devices: Sequence[Device], sink: ObservationSink, stop: asyncio.Event, live: ServiceLive | None = None
+    devices: Sequence[Device],
+    sink: ObservationSink,
+    stop: asyncio.Event,
+    live: ServiceLive | None = None,
+    alarm_memory: AlarmMemoryReader | None = None,
 ) -> None:
-    """Poll every device until ``stop``. `live` (optional) collects per-connection state."""
+    """Poll every device until ``stop``. `live` (optional) collects per-connection state;
+    `alarm_memory` (optional, the store's) tells OPC UA alarm sources what they saw before."""
     async with asyncio.TaskGroup() as tg:
         for device in devices:
-            tg.create_task(run_device(device, sink, stop, live), name=f"device[{device.name}]")
+            run = run_device(device, sink, stop, live, alarm_memory)
+            tg.create_task(run, name=f"device[{device.name}]")

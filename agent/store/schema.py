@@ -189,6 +189,7 @@ ALARMS_MIGRATION: Migration = (
         " detected_at, evidence FROM anomalies",
         "DROP TABLE anomalies",
         "ALTER TABLE anomalies_v2 RENAME TO anomalies",
+        "CREATE INDEX arrivals_alarms ON arrivals(source, arrival_at) WHERE via IS NOT NULL",
     ],
 )
 MIGRATIONS.append(ALARMS_MIGRATION)

@@ -110,7 +110,9 @@ class Rig:
         recorder = Recorder(store)
         stop, stop_recorder = asyncio.Event(), asyncio.Event()
         rec = asyncio.create_task(recorder.run(stop_recorder), name="recorder")
-        pollers = asyncio.create_task(run_pollers(self.devices(), recorder, stop), name="pollers")
+        pollers = asyncio.create_task(
+            run_pollers(self.devices(), recorder, stop, alarm_memory=store.read_alarm_memory), name="pollers"
+        )
         try:
             yield View(store)
         finally:

@@ -105,8 +105,12 @@ async def test_a2_an_agent_restart_while_high_temp_is_active_gives_a_duplicate(
         await wait_until(lambda: has_events(view, 1))
     async with rig.agent() as view:
         await wait_until(lambda: has_arrivals(view, 2))
+        await wait_until(lambda: has_anomalies(view, 1))
         assert len(await view.events()) == 1
-        assert decisions(await view.arrivals())[1] == (HIGH, "duplicate", "refresh", [])
+        first, again = await view.arrivals()
+        assert decisions([again]) == [(HIGH, "duplicate", "refresh", [])]
+        [gap] = await view.anomalies()  # the store remembered when the agent last heard an alarm
+        assert (gap["source"], gap["kind"], gap["from"]) == (NOTIFIER, "gap", first["arrivalAt"])
 
 
 @pytest.mark.parametrize("away", ["agent down", "link cut"])
@@ -151,16 +155,27 @@ async def test_a4_an_alarm_raised_and_cleared_while_the_link_was_cut_is_not_inve
         assert gap["from"] == low["arrivalAt"] < gap["to"]
 
 
-async def test_a4_an_agent_that_was_down_invents_nothing_for_an_alarm_that_is_gone(
+async def test_a4_an_agent_that_was_down_invents_nothing_and_says_what_it_could_not_see(
     rig: Any, wait_until: Any
 ) -> None:
-    for action in ("activate", "acknowledge", "clear"):
-        await rig.alarm("HighTemp", action)
     async with rig.agent() as view:
         await wait_until(lambda: refreshed(rig, 1))
-        await rig.alarm("LowLevel", "activate")  # a live event after the refresh: the refresh is done
+        await rig.alarm("LowLevel", "activate")
         await wait_until(lambda: has_events(view, 1))
-        assert [e["source"] for e in await view.events()] == [LOW]
+    for action in ("activate", "acknowledge", "clear"):  # HighTemp came and went: Retain false
+        await rig.alarm("HighTemp", action)
+    for action in ("acknowledge", "clear"):  # LowLevel, seen active, went while the agent was down
+        await rig.alarm("LowLevel", action)
+    async with rig.agent() as view:
+        await wait_until(lambda: refreshed(rig, 2))
+        await wait_until(lambda: has_anomalies(view, 2))
+        assert [e["source"] for e in await view.events()] == [LOW]  # nothing invented, no clear
+        anomalies = {a["kind"]: a for a in await view.anomalies()}
+        assert sorted(anomalies) == ["absent_at_refresh", "gap"]
+        [low] = await view.arrivals()
+        assert (anomalies["gap"]["source"], anomalies["gap"]["from"]) == (NOTIFIER, low["arrivalAt"])
+        absent = anomalies["absent_at_refresh"]
+        assert (absent["source"], absent["from"]) == (LOW, low["transitionId"])
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.core.alarms import AlarmEvent, AlarmTracker, alarm_delivery, channel_name
+from agent.core.alarms import (
+    AlarmEvent,
+    AlarmMemory,
+    AlarmTracker,
+    SeenCondition,
+    alarm_delivery,
+    channel_name,
+)
 from agent.store.store import Store
 
 GEN, GEN2 = "2026-04-22T08:00:00.000Z", "2026-04-22T09:00:00.000Z"
@@ -272,3 +279,36 @@ def test_every_condition_event_is_one_delivery_and_via_says_whether_a_bracket_wa
         assert d.via == ("refresh" if open_ else "live")
         assert d.transition_id == eid and (d.key is None) == (eid is None)
         assert not any(a.kind == "gap" for a in obs.anomalies)
+
+
+@pytest.mark.parametrize(
+    ("memory", "gap", "absent"),
+    [
+        pytest.param(AlarmMemory(), None, [], id="nothing remembered: a first start, no gap"),
+        pytest.param(
+            AlarmMemory(
+                "t1", GEN, (SeenCondition("PLC.HighTemp", "2026-04-22T08:00:01.000Z", True, "aa", GEN),)
+            ),
+            ("t1", "t6"),
+            ["PLC/PLC.HighTemp"],
+            id="the store remembers an active alarm: a gap from its arrival, and it is absent",
+        ),
+        pytest.param(
+            AlarmMemory("t1", GEN, (SeenCondition("PLC.HighTemp", None, False, "aa", GEN),)),
+            ("t1", "t6"),
+            [],
+            id="the store remembers it inactive: only the gap",
+        ),
+    ],
+)
+def test_the_first_connect_after_an_agent_restart_is_judged_from_the_store(
+    memory: AlarmMemory, gap: tuple[str, str] | None, absent: list[str]
+) -> None:
+    t = AlarmTracker("PLC")
+    t.resume(memory)
+    boots = t.connected(GEN, "t5", start_time=True, receiver=RX).boots
+    assert len(boots) == (0 if memory.generation == GEN else 1)  # a known StartTime is no new boot
+    obs = feed(t, [START, END], at="t6")
+    gaps = [(a.first, a.last) for a in obs.anomalies if a.kind == "gap"]
+    assert gaps == ([gap] if gap else [])
+    assert [a.source for a in obs.anomalies if a.kind == "absent_at_refresh"] == absent

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent.config.sources import Device, OpcUa
-from agent.core.alarms import AlarmTracker
+from agent.core.alarms import AlarmMemoryReader, AlarmTracker
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, Snapshot
@@ -54,7 +54,14 @@ def _now() -> str:
 class OpcUaSource:
     """One OPC UA connection of one device."""
 
-    def __init__(self, device: Device, conn: OpcUa, *, clock: Callable[[], str] = _now) -> None:
+    def __init__(
+        self,
+        device: Device,
+        conn: OpcUa,
+        *,
+        clock: Callable[[], str] = _now,
+        alarm_memory: AlarmMemoryReader | None = None,
+    ) -> None:
         self.dev, self.conn, self.clock = device, conn, clock
         self.device, self.receiver = device.name, conn.receiver
         self.tracker = DeviceTracker(device.name, ring_mapped=device.ring is not None)
@@ -71,6 +78,7 @@ class OpcUaSource:
             AlarmTracker(device.name, template=alarms.template, channel=alarms.channel) if alarms else None
         )
         self.alarm_link: AlarmLink | None = None
+        self.alarm_memory = alarm_memory  # read once, before the first connect
         self.alarm_pending = Observations()
         if conn.security.insecure:  # built once at start-up: the warning is said once per start
             log.warning(
@@ -109,6 +117,9 @@ class OpcUaSource:
         (docs/alarms.md): every (re)connect is a new session, so every one refreshes."""
         assert self.dev.alarms is not None and self.alarm_tracker is not None
         self.alarm_link = None
+        if self.alarm_memory is not None:  # the agent restarted: judge this connect as a reconnect
+            self.alarm_tracker.resume(await self.alarm_memory(self.device))
+            self.alarm_memory = None
         snap = await self.snapshot()
         by_start_time = self.dev.boot_id is None
         generation = snap.start_time if by_start_time else snap.boot_id
