@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -17,8 +18,9 @@ from typing import Any
 import click
 
 from agent.cli import render
-from agent.cli.context import EX_CONFIG, EX_IOERR, Context, run_async
-from agent.config.loader import load
+from agent.cli.context import EX_CONFIG, EX_IOERR, EX_NOPERM, Context, run_async
+from agent.config.access import unreadable_now
+from agent.config.loader import Config, load
 from agent.config.retention import RetentionSettings
 from agent.core.contract import format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError, StoreError
@@ -50,8 +52,9 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     Under systemd (see systemd/edge-agent.service):
       edge-agent run -c /etc/edge-agent/config.yaml
     SIGTERM stops polling, commits what was read, drains upstream for a bounded
-    time and exits 0. A configuration error exits 78 before anything starts
-    (the unit does not restart on 78); a store that cannot be opened exits 74.
+    time and exits 0. A configuration error exits 78 and a file this user cannot
+    read exits 77, both before anything starts and each on one line per problem
+    (the unit does not restart on 77 or 78); a store that cannot be opened exits 74.
     """
     from agent.service.run import serve  # imports the protocol libraries: only when running
 
@@ -62,12 +65,28 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     except ConfigError as exc:
         click.echo(f"edge-agent: configuration error:\n{exc}", err=True)
         sys.exit(EX_CONFIG)
+    for warning in cfg.warnings:  # said once per start, as `check` says it
+        click.echo(f"edge-agent: configuration warning: {warning}", err=True)
+    refuse_unreadable(cfg, ctx.obj.db_path or cfg.store.path)
     try:
         code = asyncio.run(serve(cfg, db=ctx.obj.db_path))
     except StoreError as exc:
         click.echo(f"edge-agent: {exc}", err=True)
         sys.exit(EX_IOERR)
+    except PermissionError as exc:  # a file that became unreadable after the check above
+        click.echo(f"edge-agent: cannot read {exc.filename}: {exc.strerror} (as uid {os.getuid()})", err=True)
+        sys.exit(EX_NOPERM)
     sys.exit(code)
+
+
+def refuse_unreadable(cfg: Config, store_path: str) -> None:
+    """Before anything starts: one line per file this process cannot read, exit 77 (the unit does
+    not restart on it)."""
+    problems = unreadable_now(cfg, store_path)
+    for line in problems:
+        click.echo(f"edge-agent: {line} (as uid {os.getuid()})", err=True)
+    if problems:
+        sys.exit(EX_NOPERM)
 
 
 @click.command("status")

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.core.basis import IdentityBasis
 from agent.core.contract import Anomaly, Delivery, payload_hash
 from agent.core.decide import BootSighting
 from agent.core.snapshot import Observations
@@ -132,6 +133,7 @@ def alarm_delivery(
         missing=tuple(n for n, v in (("transitionId", ev.event_id), ("bootId", generation)) if not v),
         evidence=evidence,
         via=via,
+        basis=IdentityBasis.EVENT_ID,
     )
 
 

@@ -16,6 +16,10 @@ Tables:
   event_keys        compact key records of canonical events whose payload was pruned (retention)
   forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
   retention_counts  what retention removed and how often a key horizon was passed
+  live_state        the running service's state, for `status`
+
+`events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
+`counter`, `event_id` or `window` (agent/core/basis.py).
 """
 
 from __future__ import annotations
@@ -164,6 +168,21 @@ LIVE_STATE_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(LIVE_STATE_MIGRATION)
+
+
+IDENTITY_BASIS_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "identity basis of events and arrivals: counter, event_id or window (contract sections 7, 8)",
+    [
+        # Existing rows were all keyed by an id the source gave: `counter`.
+        "ALTER TABLE events ADD COLUMN identity_basis TEXT NOT NULL DEFAULT 'counter'"
+        " CHECK (identity_basis IN ('counter','event_id','window'))",
+        # NULL for a rejected arrival (nothing was parsed, so no basis is known).
+        "ALTER TABLE arrivals ADD COLUMN identity_basis TEXT"
+        " CHECK (identity_basis IN ('counter','event_id','window'))",
+    ],
+)
+MIGRATIONS.append(IDENTITY_BASIS_MIGRATION)
 
 
 # OPC UA Alarms & Conditions (contract 7): how an alarm arrival came (`via` live or refresh),

@@ -70,7 +70,9 @@ async def test_a1_activate_acknowledge_clear_are_three_canonical_events(rig: Any
             for e in events
         ]
         assert states == [(True, False, True), (True, True, True), (False, True, False)]
-        assert decisions(await view.arrivals()) == [(HIGH, "inserted", "live", [])] * 3
+        arrivals = await view.arrivals()
+        assert decisions(arrivals) == [(HIGH, "inserted", "live", [])] * 3
+        assert {x["identity_basis"] for x in [*events, *arrivals]} == {"event_id"}
         assert [b["evidence"]["StartTime"] for b in await view.boots()] == [events[0]["bootId"]]
         assert await view.anomalies() == []
 

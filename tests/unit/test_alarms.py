@@ -101,6 +101,7 @@ def test_the_key_of_an_alarm_delivery(
 ) -> None:
     d = alarm_delivery("PLC", "PLC.HighTemp", event, generation, via="live", at="t", receiver=RX)
     assert d.missing == missing
+    assert d.basis == "event_id"
     assert (d.key is None) == bool(missing)
     assert d.source == "PLC/PLC.HighTemp"
     assert d.transition_id == event.event_id

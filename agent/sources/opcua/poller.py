@@ -161,12 +161,14 @@ class OpcUaSource:
         return merge(pending, seen)
 
     async def _subscribe(self, client: Any, idx: int | None) -> None:
-        """A fresh handler; the boot id and every transition counter trigger a read when they change."""
+        """A fresh handler; the boot id, every transition counter and the state of every window
+        channel (it has no counter) trigger a read when they change."""
         self.handler = SubscriptionHandler()
+        window_states = {f"{ch.name}.state" for ch in self.dev.channels if ch.transition_id is None}
         watched = [
             n
             for k, n in zip(self.keys, self.nodes, strict=True)
-            if k == "boot" or k.endswith(".transition_id")
+            if k == "boot" or k.endswith(".transition_id") or k in window_states
         ]
         await subscribe(client, self.conn, self.dev, watched, self.handler, idx)
 
