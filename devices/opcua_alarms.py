@@ -48,6 +48,8 @@ class OpcUaAlarms:
         self._templates: dict[int, Any] = {}
         self._objects: dict[bytes, Any] = {}
         self.refreshes: list[int] = []  # subscription ids refreshed, for tests
+        self.refuse_refresh = False  # True: answer BadNotSupported, as a server without refresh
+        self.refused: list[int] = []  # subscription ids whose refresh was refused
 
     async def install(self, server: Any) -> None:
         """Event templates and the ConditionRefresh callback (after ``server.init()``)."""
@@ -136,6 +138,9 @@ class OpcUaAlarms:
         """The method call: ObjectId must be ConditionType; the first argument the subscription id."""
         if parent != ua.NodeId(OIDS.ConditionType):
             return ua.StatusCode(ua.StatusCodes.BadMethodInvalid)
+        if self.refuse_refresh:
+            self.refused.append(int(args[0].Value) if args else 0)
+            return ua.StatusCode(ua.StatusCodes.BadNotSupported)
         if not args or not isinstance(args[0].Value, int):
             return ua.StatusCode(ua.StatusCodes.BadInvalidArgument)
         sub_id = int(args[0].Value)

@@ -175,6 +175,8 @@ class OpcUaSimServer:
         self.alarm_book.reset(event_ids)
         self.alarms.forget_objects()
         self.alarms.refreshes.clear()
+        self.alarms.refuse_refresh = False
+        self.alarms.refused.clear()
 
     async def alarm(self, controller: str, condition: str, action: str) -> AlarmEvent:
         """One alarm transition (``activate``, ``acknowledge``, ``clear``) and its event to every

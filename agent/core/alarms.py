@@ -221,7 +221,7 @@ class AlarmTracker:
     def refresh_failed(self, at: str, reason: str) -> Observations:
         """The ConditionRefresh call was refused: the gap ends now, nothing was re-sent."""
         self.in_refresh = False
-        gap = self._gap(at, reason)
+        gap = self._gap(at, refused=reason)
         return Observations(anomalies=(gap,) if gap else ())
 
     # --- steps -----------------------------------------------------------------------------
@@ -250,7 +250,7 @@ class AlarmTracker:
                     out.append(self._absent(channel, s, at))
                     del self.seen[channel]  # its state is unknown now; said once, not at every refresh
         self.in_refresh = False
-        gap = self._gap(at, "")
+        gap = self._gap(at)
         return ([gap] if gap else []) + out
 
     def _absent(self, channel: str, s: _Seen, at: str) -> Anomaly:
@@ -275,23 +275,18 @@ class AlarmTracker:
             self.gap_from = self.last_event_at or self.connected_at or at
             self.gap_reason = reason
 
-    def _gap(self, at: str, fallback: str) -> Anomaly | None:
-        """The gap record due since a reconnect or RefreshRequired, ending ``at``."""
+    def _gap(self, at: str, *, refused: str | None = None) -> Anomaly | None:
+        """The gap record due since a reconnect or RefreshRequired, ending ``at`` (the end of the
+        refresh, or the refusal of the ConditionRefresh call: then ``refused`` says why)."""
         if self.gap_from is None or self.generation is None:
             self.gap_from = None
             return None
-        start, reason = self.gap_from, self.gap_reason or fallback
-        self.gap_from = None
-        return Anomaly(
-            f"{self.device}/{self.channel}",
-            self.generation,
-            "gap",
-            start,
-            at,
-            at,
-            {
-                "reason": reason,
-                "summary": "alarm events in this time could not be seen; a refresh re-sends only the "
-                "last event of retained conditions",
-            },
-        )
+        start, self.gap_from = self.gap_from, None
+        evidence = {
+            "reason": self.gap_reason,
+            "summary": "alarm events in this time could not be seen; a refresh re-sends only the "
+            "last event of retained conditions",
+        }
+        if refused is not None:
+            evidence["refresh_refused"] = refused
+        return Anomaly(f"{self.device}/{self.channel}", self.generation, "gap", start, at, at, evidence)

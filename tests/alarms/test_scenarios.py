@@ -35,6 +35,10 @@ async def refreshed(rig: Any, n: int) -> bool:
     return len(rig.server.alarms.refreshes) >= n
 
 
+async def refused(rig: Any, n: int) -> bool:
+    return len(rig.server.alarms.refused) >= n
+
+
 async def has_events(view: Any, n: int) -> bool:
     return len(await view.events()) >= n
 
@@ -276,3 +280,24 @@ async def test_a_condition_type_filter_and_own_template_still_give_the_full_payl
         assert event["source"] == f"{PLC}/HighTemp"
         assert (event["payload"]["ActiveState/Id"], event["payload"]["AckedState/Id"]) == (True, False)
         assert event["payload"]["ConditionId"] == "nsu=urn:edge-agent:sim;s=PLC-1.Alarms.HighTemp"
+
+
+async def test_a_server_that_refuses_condition_refresh_still_delivers_live_and_records_the_gap_at_once(
+    rig: Any, wait_until: Any
+) -> None:
+    rig.server.alarms.refuse_refresh = True
+    async with rig.agent() as view:
+        await wait_until(lambda: refused(rig, 1))
+        await rig.alarm("HighTemp", "activate")
+        await wait_until(lambda: has_events(view, 1))
+        await rig.link.cut()
+        await rig.alarm("HighTemp", "acknowledge")  # lost: no refresh brings it
+        rig.link.restore()
+        await wait_until(lambda: has_anomalies(view, 1))
+        await rig.alarm("HighTemp", "clear")
+        await wait_until(lambda: has_events(view, 2))
+        [gap] = await view.anomalies()
+        assert (gap["source"], gap["kind"]) == (NOTIFIER, "gap")
+        assert gap["evidence"]["reason"] == "reconnect"
+        assert "BadNotSupported" in gap["evidence"]["refresh_refused"]
+        assert decisions(await view.arrivals()) == [(HIGH, "inserted", "live", [])] * 2

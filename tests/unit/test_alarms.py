@@ -195,7 +195,7 @@ def test_a_refused_refresh_ends_the_gap_at_once() -> None:
     t = tracker()
     t.connected(GEN, "t5", start_time=True, receiver=RX)
     [gap] = t.refresh_failed("t6", "BadMethodInvalid").anomalies
-    assert (gap.first, gap.last) == ("t0", "t6")
+    assert (gap.first, gap.last, gap.evidence["refresh_refused"]) == ("t0", "t6", "BadMethodInvalid")
 
 
 @pytest.mark.parametrize(
