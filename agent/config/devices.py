@@ -47,6 +47,15 @@ from agent.config.yaml_lines import (
 # --- devices ---------------------------------------------------------------------------------
 
 
+def _namespace_uri(v: Any) -> str:
+    if v == "" or (isinstance(v, str) and not v.strip()):
+        raise ValueError(
+            "is empty: give the namespace URI the server serves (e.g. urn:edge-agent:sim), or leave "
+            "namespace out when the node ids carry their index (ns=2;s=...)"
+        )
+    return _text(v)
+
+
 def _device(s: _Section, ctx: _Ctx) -> Device:
     name = s.get("name", _device_name, "?", required=True)
     connections = _connections(s)
@@ -74,7 +83,7 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
         ring=ring,
         events=events,
         alarms=alarms,
-        namespace=s.get("namespace", _text, None),
+        namespace=s.get("namespace", _namespace_uri, None),
         word_order=word_order,
         backoff_initial=initial,
         backoff_max=maximum,

@@ -227,7 +227,9 @@ def _kind(v: Any) -> str:
 def _text(v: Any) -> str:
     if isinstance(v, bool):
         raise ValueError("must be text, not true/false (YAML reads On, Off, Yes and No as those: quote them)")
-    if not isinstance(v, str | int) or v == "":
+    if v == "":
+        raise ValueError("is empty: give a value, or leave the key out where it may be left out")
+    if not isinstance(v, str | int):
         raise ValueError(f"must be text, not {_kind(v)}")
     return str(v)
 

@@ -109,6 +109,10 @@ def timestamp_value(value: Any, f: Field | None) -> tuple[str | None, str | None
 
 
 def _shown(value: Any) -> str:
+    """A value read from a device, for a message: short, and bytes as hex, never as raw bytes."""
+    if isinstance(value, bytes | bytearray):
+        head = bytes(value[:8]).hex()
+        return f"{len(value)} bytes (0x{head}{'...' if len(value) > 8 else ''})"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
 

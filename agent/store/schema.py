@@ -17,6 +17,7 @@ Tables:
   forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
   retention_counts  what retention removed and how often a key horizon was passed
   live_state        the running service's state, for `status`
+  review_marks      an operator's notes that a conflict or a pending arrival was reviewed
 
 `events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
 `counter`, `event_id` or `window` (agent/core/basis.py).
@@ -183,6 +184,26 @@ IDENTITY_BASIS_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(IDENTITY_BASIS_MIGRATION)
+
+
+REVIEW_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "review marks: an operator's note that a conflict or an identity-incomplete arrival was reviewed",
+    [
+        # Append-only: a later mark of the same arrival adds a row; nothing is updated or deleted,
+        # and the arrival, its canonical event and the pending list stay as they are.
+        """CREATE TABLE review_marks(
+            mark_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            arrival_id INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('conflict','identity_incomplete')),
+            note TEXT NOT NULL,
+            marked_at TEXT NOT NULL,
+            marked_by TEXT
+        ) STRICT""",
+        "CREATE INDEX review_marks_by_arrival ON review_marks(arrival_id, mark_id)",
+    ],
+)
+MIGRATIONS.append(REVIEW_MIGRATION)
 
 
 # OPC UA Alarms & Conditions (contract 7): how an alarm arrival came (`via` live or refresh),

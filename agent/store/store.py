@@ -40,6 +40,8 @@ from agent.store.alarm_memory import alarm_memory
 from agent.store.batch import record_batch
 from agent.store.connection import WriterConnection, WriteTransaction, open_writer
 from agent.store.outbox import Outbox
+from agent.store.review import Mark
+from agent.store.review import mark as review_mark
 from agent.store.schema import MIGRATIONS, Migration
 
 _BACKFILL = (
@@ -135,6 +137,14 @@ class Store:
         """What the store holds of `device`'s OPC UA alarms (agent.store.alarm_memory)."""
         async with self._lock:
             return await alarm_memory(self.db, device)
+
+    # --- review marks ---------------------------------------------------------------
+
+    async def mark_reviewed(self, arrival_id: int, note: str, at: str, by: str | None) -> Mark:
+        """Keep an operator's note that a conflict or identity-incomplete arrival was reviewed.
+        Adds a mark; changes and deletes nothing. NotReviewable for any other arrival id."""
+        async with self._lock, self._transaction():
+            return await review_mark(self.db, arrival_id, note, at, by)
 
     # --- upstreams -----------------------------------------------------------
 

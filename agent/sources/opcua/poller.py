@@ -40,7 +40,14 @@ from agent.sources.base import StateLog
 from agent.sources.opcua.alarms import AlarmLink, ua
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
-from agent.sources.opcua.session import link_errors, new_client, resolve_nodes, secure, subscribe
+from agent.sources.opcua.session import (
+    link_errors,
+    namespace_index,
+    new_client,
+    resolve_nodes,
+    secure,
+    subscribe,
+)
 from agent.sources.readings import merge
 
 log = logging.getLogger(__name__)
@@ -105,7 +112,7 @@ class OpcUaSource:
 
     async def _open_session(self, client: Any) -> None:
         await client.connect()
-        idx = await client.get_namespace_index(self.dev.namespace) if self.dev.namespace else None
+        idx = await namespace_index(client, self.dev.namespace) if self.dev.namespace else None
         self.keys, self.nodes = resolve_nodes(client, self.dev, idx)
         if self.conn.subscribe:
             await self._subscribe(client, idx)
