@@ -29,7 +29,9 @@ from asyncua.crypto.permission_rules import User, UserRole
 from asyncua.crypto.truststore import TrustStore
 from asyncua.crypto.validator import CertificateValidator, CertificateValidatorOptions
 
-from devices.controller import Controller
+from devices.alarm_model import AlarmBook, AlarmEvent, EventIdKind
+from devices.controller import Controller, system_clock
+from devices.opcua_alarms import OpcUaAlarms
 from devices.opcua_nodes import NAMESPACE, NodeLayout
 from devices.pki import SERVER_URI
 
@@ -93,8 +95,12 @@ class OpcUaSimServer:
         port: int = 0,
         path: str = "/sim/",
         security: OpcUaSecurity | None = None,
+        alarm_event_ids: EventIdKind = "unique",
     ) -> None:
         self.controllers = list(controllers)
+        clock = self.controllers[0].now_ms if self.controllers else system_clock
+        self.alarm_book = AlarmBook(clock, alarm_event_ids)
+        self.alarms = OpcUaAlarms(self.alarm_book, 2)
         self.host, self.port, self.path = host, port, path
         self.security = security or OpcUaSecurity()
         self.ns_index = 2
@@ -131,6 +137,8 @@ class OpcUaSimServer:
         if sec.users:
             server.set_identity_tokens([ua.UserNameIdentityToken])
         self.ns_index = await server.register_namespace(NAMESPACE)
+        self.alarms.ns_index = self.ns_index
+        await self.alarms.install(server)
         etype = await self._add_event_type(server)
         for ctrl in self.controllers:
             obj = await self._add_controller(server, ctrl)
@@ -152,10 +160,31 @@ class OpcUaSimServer:
             self._running = False
             await self._server.stop()
 
-    async def restart_server(self) -> None:
-        """Stop and start again on the same port: sessions drop, ServerStatus/StartTime changes."""
+    async def restart_server(self, *, keep_alarms: bool = True) -> None:
+        """Stop and start again on the same port: sessions drop, ServerStatus/StartTime changes.
+
+        Alarm conditions survive with ``keep_alarms`` (an S7-1500 keeps pending alarms) or are
+        lost (node-opcua starts empty); either way EventIds start a new generation."""
         await self.stop()
+        self.alarm_book.restart(keep=keep_alarms)
+        self.alarms.forget_objects()
         await self.start()
+
+    def reset_alarms(self, event_ids: EventIdKind | None = None) -> None:
+        """Forget every alarm condition and the refreshes answered (one server shared by tests)."""
+        self.alarm_book.reset(event_ids)
+        self.alarms.forget_objects()
+        self.alarms.refreshes.clear()
+        self.alarms.refuse_refresh = False
+        self.alarms.refused.clear()
+
+    async def alarm(self, controller: str, condition: str, action: str) -> AlarmEvent:
+        """One alarm transition (``activate``, ``acknowledge``, ``clear``) and its event to every
+        subscription on the Server object (none while the server is stopped)."""
+        ev = self.alarm_book.act(controller, condition, action)
+        if self._running:
+            await self.alarms.emit(ev)
+        return ev
 
     async def cut_link(self) -> None:
         """Drop every connection and refuse new ones; the address space stays as it is."""

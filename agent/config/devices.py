@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from agent.config.alarms import read_alarms
 from agent.config.fields import _check_modbus_reads, _counter, _FieldReader
 from agent.config.paths import read_path
 from agent.config.sources import (
@@ -64,9 +65,12 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
     word_order: WordOrder = "little" if order == "little" else "big"
     fields = _FieldReader(modbus, opcua)
     boot = _counter(s, "boot_id", fields.read(s.sub("boot_id"))) if s.has("boot_id") else None
-    if not s.has("channels"):
-        s.ctx.problem(s.line, s.key_path("channels"), "missing")
-    channels = _channels(s.sub("channels"), fields)
+    alarms = read_alarms(s.sub("alarms")) if s.has("alarms") else None
+    if alarms is not None and not opcua:
+        s.problem("alarms", "needs an opcua: connection (alarms are OPC UA condition events)")
+    if not s.has("channels") and alarms is None:
+        s.ctx.problem(s.line, s.key_path("channels"), "missing (or give alarms:)")
+    channels = _channels(s.sub("channels"), fields) if s.has("channels") else ()
     ring = _ring(s.sub("ring"), fields, modbus) if s.has("ring") else None
     events = _events(s.sub("events")) if s.has("events") else None
     initial, maximum = _backoff(s.sub("backoff"))
@@ -78,6 +82,7 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
         boot_id=boot,
         ring=ring,
         events=events,
+        alarms=alarms,
         namespace=s.get("namespace", _namespace_uri, None),
         word_order=word_order,
         backoff_initial=initial,

@@ -97,6 +97,20 @@ class Events:
 
 
 @dataclass(frozen=True)
+class Alarms:
+    """OPC UA Alarms & Conditions of a device (contract 7): condition events of ``types`` from
+    the ``notifier`` object; each condition's channel is ``template`` filled with SourceName and
+    ConditionName; ``channel`` names the notifier's own channel (its gap records); ``queue`` is
+    the event monitored item's queue size on the server."""
+
+    notifier: str = "i=2253"
+    template: str = "{SourceName}.{ConditionName}"
+    types: tuple[str, ...] = ("i=2915",)
+    channel: str = "alarms"
+    queue: int = 1000
+
+
+@dataclass(frozen=True)
 class ModbusTcp:
     host: str
     port: int = 502
@@ -184,6 +198,7 @@ class Device:
     boot_id: Field | None = None
     ring: Ring | None = None
     events: Events | None = None
+    alarms: Alarms | None = None
     namespace: str | None = None
     word_order: WordOrder = "big"
     backoff_initial: float = 0.25

@@ -88,6 +88,7 @@ class Delivery:
     evidence: dict[str, Any] = field(default_factory=dict)
     payload_json: str = ""
     basis: str = IdentityBasis.COUNTER
+    via: str | None = None  # OPC UA alarms: "live" or "refresh" (contract 7); None for the rest
     key: Key | None = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -127,7 +128,7 @@ class Anomaly:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
-ANOMALY_KINDS = ("gap", "wrap", "reset", "overrun")
+ANOMALY_KINDS = ("gap", "wrap", "reset", "overrun", "absent_at_refresh")
 
 
 # --- ids -------------------------------------------------------------------

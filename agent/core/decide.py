@@ -63,6 +63,7 @@ class EventUpdate:
 
 
 KEY_HORIZON_PASSED = "key_horizon_passed"
+REFRESH = "refresh"  # a new canonical that an OPC UA ConditionRefresh brought (contract 7)
 PAYLOAD_PRUNED = "payload_pruned"
 
 
@@ -115,7 +116,10 @@ def _inserted(item: Delivery, key: Key, cid: int, forgotten: Mapping[tuple[str, 
     maybe_forgotten = through is not None and (
         item.source_timestamp is None or item.source_timestamp <= through
     )
-    return Outcome(Decision.INSERTED, cid, None, flags=(KEY_HORIZON_PASSED,) if maybe_forgotten else ())
+    flags: tuple[str, ...] = (KEY_HORIZON_PASSED,) if maybe_forgotten else ()
+    if item.via == REFRESH:
+        flags += (REFRESH,)
+    return Outcome(Decision.INSERTED, cid, None, flags=flags)
 
 
 def _repeated(item: Delivery, cid: int, canonical_hash: str, upd: EventUpdate, pruned: bool) -> Outcome:

@@ -190,7 +190,13 @@ class Service:
         )
         r.recorder_tasks.append(tg.create_task(recorder, name="recorder"))
         pollers = run_pollers(
-            cfg.devices, r.recorder, r.stop_polling, self.live, resume=self.resume, supervise=sup.run
+            cfg.devices,
+            r.recorder,
+            r.stop_polling,
+            self.live,
+            resume=self.resume,
+            supervise=sup.run,
+            alarm_memory=r.store.read_alarm_memory,
         )
         r.poller_tasks.append(tg.create_task(pollers, name="pollers"))
         for f in r.forwarders:

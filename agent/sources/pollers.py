@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, assert_never
 
 from agent.config.sources import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
+from agent.core.alarms import AlarmMemoryReader
 from agent.core.live import ServiceLive
 from agent.core.tracker import Resume
 from agent.sources.base import ObservationSink, Source, run_source
@@ -37,13 +38,19 @@ async def _unsupervised(_name: str, start: Callable[[], Awaitable[None]], _stop:
     await start()
 
 
-def build_source(device: Device, conn: Connection, resume: Resume | None = None) -> Source:
-    """The source of one connection; its tracker starts from ``resume`` (what the store holds)."""
+def build_source(
+    device: Device,
+    conn: Connection,
+    resume: Resume | None = None,
+    alarm_memory: AlarmMemoryReader | None = None,
+) -> Source:
+    """The source of one connection; its tracker starts from ``resume`` (what the store holds),
+    its alarm tracking (OPC UA) from ``alarm_memory``."""
     match conn:
         case ModbusTcp() | ModbusRtu():
             return ModbusSource(device, conn, resume=resume)
         case OpcUa():
-            return OpcUaSource(device, conn, resume=resume)
+            return OpcUaSource(device, conn, resume=resume, alarm_memory=alarm_memory)
         case _:
             assert_never(conn)
 
@@ -56,11 +63,12 @@ async def run_device(
     *,
     resume: Resume | None = None,
     supervise: Supervise = _unsupervised,
+    alarm_memory: AlarmMemoryReader | None = None,
 ) -> None:
     """Poll every connection of one device until ``stop``; one task per connection."""
     async with asyncio.TaskGroup() as tg:
         for conn in device.connections:
-            source = build_source(device, conn, resume)
+            source = build_source(device, conn, resume, alarm_memory)
             name = f"poller[{device.name} {conn.receiver}]"
 
             def start(source: Source = source) -> Awaitable[None]:
@@ -85,11 +93,15 @@ async def run_pollers(
     *,
     resume: Mapping[str, Resume] | None = None,
     supervise: Supervise = _unsupervised,
+    alarm_memory: AlarmMemoryReader | None = None,
 ) -> None:
     """Poll every device until ``stop``. `live` (optional) collects per-connection state;
-    `resume` (per device) is where each tracker starts; `supervise` wraps each connection."""
+    `resume` (per device) is where each tracker starts; `supervise` wraps each connection;
+    `alarm_memory` (optional, the store's) tells OPC UA alarm sources what they saw before."""
     async with asyncio.TaskGroup() as tg:
         for device in devices:
             point = (resume or {}).get(device.name)
-            run = run_device(device, sink, stop, live, resume=point, supervise=supervise)
+            run = run_device(
+                device, sink, stop, live, resume=point, supervise=supervise, alarm_memory=alarm_memory
+            )
             tg.create_task(run, name=f"device[{device.name}]")

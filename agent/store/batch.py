@@ -191,6 +191,10 @@ async def insert_arrivals(
         rows.INSERT_ARRIVAL,
         [rows.arrival_row(a, it, oc) for a, it, oc in zip(arrival_ids, items, outcomes, strict=True)],
     )
+    pairs = zip(arrival_ids, items, strict=True)
+    via = [(it.via, a) for a, it in pairs if isinstance(it, Delivery) and it.via]
+    if via:  # OPC UA alarm arrivals say how they came (live or refresh); others leave it out
+        await db.executemany("UPDATE arrivals SET via = ? WHERE arrival_id = ?", via)
     touched = [rows.event_update_row(u) for u in updates if u.canonical_id not in pruned]
     if touched:
         await db.executemany(rows.UPDATE_EVENT_COUNTS, touched)

@@ -107,13 +107,13 @@ async def arrivals(
         _stream(
             db,
             "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at, decision,"
-            " canonical_id, payload_hash, reason, flags, receiver, line, live, raw, identity_basis"
+            " canonical_id, payload_hash, reason, flags, receiver, line, live, raw, identity_basis, via"
             f" FROM arrivals {where} ORDER BY {sort}",
         )
     ) as rows:
         async for r in rows:
             decision = r[6]
-            yield {
+            row = {
                 "arrival_id": r[0],
                 "source": r[1],
                 "transitionId": r[2],
@@ -134,6 +134,9 @@ async def arrivals(
                 "raw": _raw_text(r[14]),
                 "identity_basis": r[15],
             }
+            if r[16] is not None:  # OPC UA alarm arrivals: live or refresh (contract 7)
+                row["via"] = r[16]
+            yield row
 
 
 async def pending(db: aiosqlite.Connection) -> AsyncGenerator[dict[str, Any], None]:

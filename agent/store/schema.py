@@ -227,3 +227,32 @@ POSITIONS_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(POSITIONS_MIGRATION)
+
+
+# OPC UA Alarms & Conditions (contract 7): how an alarm arrival came (`via` live or refresh),
+# and the `absent_at_refresh` anomaly kind. SQLite cannot change a CHECK, so the anomalies table
+# is rebuilt with its rows and ids (outbox rows refer to anomaly_id).
+ALARMS_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "OPC UA alarms: arrivals.via, the absent_at_refresh anomaly kind",
+    [
+        "ALTER TABLE arrivals ADD COLUMN via TEXT CHECK (via IN ('live','refresh'))",
+        """CREATE TABLE anomalies_v2(
+            anomaly_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            source TEXT NOT NULL,
+            boot_id TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('gap','wrap','reset','overrun','absent_at_refresh')),
+            from_value TEXT NOT NULL,
+            to_value TEXT NOT NULL,
+            detected_at TEXT NOT NULL,
+            evidence TEXT NOT NULL DEFAULT '{}',
+            UNIQUE(source, boot_id, kind, from_value, to_value)
+        ) STRICT""",
+        "INSERT INTO anomalies_v2 SELECT anomaly_id, source, boot_id, kind, from_value, to_value,"
+        " detected_at, evidence FROM anomalies",
+        "DROP TABLE anomalies",
+        "ALTER TABLE anomalies_v2 RENAME TO anomalies",
+        "CREATE INDEX arrivals_alarms ON arrivals(source, arrival_at) WHERE via IS NOT NULL",
+    ],
+)
+MIGRATIONS.append(ALARMS_MIGRATION)

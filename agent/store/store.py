@@ -34,8 +34,10 @@ from pathlib import Path
 import aiosqlite
 
 from agent.core import decide
+from agent.core.alarms import AlarmMemory
 from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.core.snapshot import Positions
+from agent.store.alarm_memory import alarm_memory
 from agent.store.batch import record_batch
 from agent.store.connection import WriterConnection, WriteTransaction, open_writer
 from agent.store.outbox import Outbox
@@ -132,6 +134,11 @@ class Store:
                 )
             )
         return (str(found[0][0]), str(found[0][1])) if found else None
+
+    async def read_alarm_memory(self, device: str) -> AlarmMemory:
+        """What the store holds of `device`'s OPC UA alarms (agent.store.alarm_memory)."""
+        async with self._lock:
+            return await alarm_memory(self.db, device)
 
     # --- review marks ---------------------------------------------------------------
 

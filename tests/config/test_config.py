@@ -119,3 +119,30 @@ async def test_check_probe_reads_every_device_once_and_says_what_it_saw(tmp_path
         assert await _probe_all(cfg, 3.0)
         await plant.cut_link("PUMP-07")
         assert not await _probe_all(cfg, 3.0)
+
+
+def test_an_alarms_only_device_loads_with_every_default_and_needs_no_channels(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "site: plant-1\ngateway: gw\nstore: {path: /tmp/x.db}\ndevices:\n"
+        "  - name: PLC-1\n"
+        "    connections: [{opcua: {endpoint: 'opc.tcp://10.0.0.9:4840', security: {policy: None}}}]\n"
+        "    alarms: {}\n",
+        encoding="utf-8",
+    )
+    [dev] = config.load(path).devices
+    assert dev.channels == () and dev.boot_id is None
+    assert dev.alarms is not None
+    assert (
+        dev.alarms.notifier,
+        dev.alarms.template,
+        dev.alarms.types,
+        dev.alarms.channel,
+        dev.alarms.queue,
+    ) == (
+        "i=2253",
+        "{SourceName}.{ConditionName}",
+        ("i=2915",),
+        "alarms",
+        1000,
+    )

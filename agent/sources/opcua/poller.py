@@ -31,11 +31,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent.config.sources import Device, OpcUa
+from agent.core.alarms import AlarmMemoryReader, AlarmTracker
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, Snapshot
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog
+from agent.sources.opcua.alarms import AlarmLink, ua
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
 from agent.sources.opcua.session import (
@@ -60,7 +62,13 @@ class OpcUaSource:
     """One OPC UA connection of one device."""
 
     def __init__(
-        self, device: Device, conn: OpcUa, *, clock: Callable[[], str] = _now, resume: Resume | None = None
+        self,
+        device: Device,
+        conn: OpcUa,
+        *,
+        clock: Callable[[], str] = _now,
+        resume: Resume | None = None,
+        alarm_memory: AlarmMemoryReader | None = None,
     ) -> None:
         self.dev, self.conn, self.clock = device, conn, clock
         self.device, self.receiver = device.name, conn.receiver
@@ -73,6 +81,13 @@ class OpcUaSource:
         self.next_reconcile = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver})')
         self.polls = 0
+        alarms = device.alarms
+        self.alarm_tracker = (
+            AlarmTracker(device.name, template=alarms.template, channel=alarms.channel) if alarms else None
+        )
+        self.alarm_link: AlarmLink | None = None
+        self.alarm_memory = alarm_memory  # read once, before the first connect
+        self.alarm_pending = Observations()
         if conn.security.insecure:  # built once at start-up: the warning is said once per start
             log.warning(
                 'Device "%s" (%s): OPC UA security policy None (configured explicitly): the traffic is '
@@ -102,6 +117,56 @@ class OpcUaSource:
         self.keys, self.nodes = resolve_nodes(client, self.dev, idx)
         if self.conn.subscribe:
             await self._subscribe(client, idx)
+        if self.dev.alarms is not None:
+            await self._open_alarms(client, idx)
+
+    async def _open_alarms(self, client: Any, idx: int | None) -> None:
+        """The generation read at this connect, the alarm subscription, then ConditionRefresh
+        (docs/alarms.md): every (re)connect is a new session, so every one refreshes."""
+        assert self.dev.alarms is not None and self.alarm_tracker is not None
+        self.alarm_link = None
+        if self.alarm_memory is not None:  # the agent restarted: judge this connect as a reconnect
+            self.alarm_tracker.resume(await self.alarm_memory(self.device))
+            self.alarm_memory = None
+        snap = await self.snapshot()
+        by_start_time = self.dev.boot_id is None
+        generation = snap.start_time if by_start_time else snap.boot_id
+        link = AlarmLink(client, self.dev.alarms, self.conn.publishing)
+        await link.open(idx)
+        self.alarm_link = link
+        seen = self.alarm_tracker.connected(
+            generation, snap.read_at, start_time=by_start_time, receiver=self.receiver
+        )
+        self.alarm_pending = merge(self.alarm_pending, seen)
+        await self._refresh_alarms()
+
+    async def _refresh_alarms(self) -> None:
+        """ConditionRefresh; a server that refuses it ends the gap now (nothing re-sent), the
+        link stays up."""
+        assert self.alarm_link is not None and self.alarm_tracker is not None
+        try:
+            async with asyncio.timeout(self.conn.timeout):
+                await self.alarm_link.refresh()
+        except ua.UaError as exc:
+            self.errors.set("alarms", f"ConditionRefresh refused: {type(exc).__name__} {exc}")
+            failed = self.alarm_tracker.refresh_failed(self.clock(), f"ConditionRefresh refused: {exc}")
+            self.alarm_pending = merge(self.alarm_pending, failed)
+            return
+        self.errors.set("alarms", None)
+
+    async def _alarm_poll(self) -> Observations:
+        """The alarm notifications since the last poll (and what connect left pending)."""
+        pending, self.alarm_pending = self.alarm_pending, Observations()
+        if self.alarm_link is None or self.alarm_tracker is None:
+            return pending
+        events = self.alarm_link.take()
+        if not events:
+            return pending
+        seen, refresh_now = self.alarm_tracker.observe(events, at=self.clock(), receiver=self.receiver)
+        if refresh_now:  # RefreshRequired: the gap is open; the refresh's events come next
+            with link_errors("refresh refused", "refresh failed", "the response", self.conn.max_message_size):
+                await self._refresh_alarms()
+        return merge(pending, seen)
 
     async def _subscribe(self, client: Any, idx: int | None) -> None:
         """A fresh handler; the boot id, every transition counter and the state of every window
@@ -117,6 +182,7 @@ class OpcUaSource:
 
     async def close(self) -> None:
         client, self.client = self.client, None
+        self.alarm_link = None
         if client is not None:
             with contextlib.suppress(Exception):  # the peer may be gone; closing must not fail the loop
                 async with asyncio.timeout(2):
@@ -126,9 +192,12 @@ class OpcUaSource:
         """Until the next poll is due (interval, or a notification / the reconcile timer), stop or loss."""
         if self.lost.is_set():
             raise SourceUnavailable("connection lost")
-        waits = [asyncio.ensure_future(e.wait()) for e in (stop, self.lost, self.handler.trigger)]
-        if not self.conn.subscribe:
-            waits.pop()  # plain reads: only the poll interval, stop or loss end the wait
+        events = [stop, self.lost]
+        if self.conn.subscribe:  # plain reads: only the poll interval, stop or loss end the wait
+            events.append(self.handler.trigger)
+        if self.alarm_link is not None:  # alarm events are taken as they come
+            events.append(self.alarm_link.handler.trigger)
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(waits, timeout=self._next_due(), return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -146,6 +215,7 @@ class OpcUaSource:
     async def poll(self) -> Observations:
         """The events received since the last poll, then a reconciling read of every node."""
         self.polls += 1
+        alarms = await self._alarm_poll()
         events = self.handler.take_events()
         if self.conn.subscribe:
             self.next_reconcile = time.monotonic() + self.conn.reconcile
@@ -153,7 +223,7 @@ class OpcUaSource:
         items = [e for e in (event_item(self.dev, ev, self.errors) for ev in events) if e is not None]
         first = self.tracker.observe_entries(items, read_at=read_at, receiver=self.receiver)
         snap = await self.snapshot()
-        return merge(first, self.tracker.observe(snap))
+        return merge(alarms, first, self.tracker.observe(snap))
 
     async def probe(self) -> Snapshot:
         """One read of every node, without touching the tracker (``check --probe``)."""
