@@ -16,6 +16,8 @@ Tables:
   event_keys        compact key records of canonical events whose payload was pruned (retention)
   forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
   retention_counts  what retention removed and how often a key horizon was passed
+  live_state        the running service's live state, for `status`
+  store_meta        the store id (a UUID made with the store) and other facts about the file
 """
 
 from __future__ import annotations
@@ -164,3 +166,25 @@ LIVE_STATE_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(LIVE_STATE_MIGRATION)
+
+
+# The store id (contract section 4): a random UUID (version 4) made when the store is created
+# and kept inside it. Upstream, identity-incomplete records are identified by
+# `<store id>:<arrival id>`, so arrival ids that start again at 1 in a replaced store never
+# meet the old ones. A store made before this migration gets its id when it is migrated.
+STORE_ID_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "store id: a random UUID made with the store",
+    [
+        """CREATE TABLE store_meta(
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        ) STRICT, WITHOUT ROWID""",
+        """INSERT INTO store_meta(name, value)
+            SELECT 'store_id', lower(substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-4' || substr(h, 14, 3)
+                || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(h, 18, 3)
+                || '-' || substr(h, 21, 12))
+            FROM (SELECT hex(randomblob(16)) AS h)""",
+    ],
+)
+MIGRATIONS.append(STORE_ID_MIGRATION)

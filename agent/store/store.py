@@ -36,7 +36,7 @@ import aiosqlite
 from agent.core import decide
 from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.store.batch import record_batch
-from agent.store.connection import WriterConnection, WriteTransaction, open_writer
+from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
 from agent.store.outbox import Outbox
 from agent.store.schema import MIGRATIONS, Migration
 
@@ -52,7 +52,8 @@ _BACKFILL = (
 class Store:
     """The only writer of identity decisions. Use `await Store.open(path)`; close with `await close()`.
 
-    `outbox` claims, settles, counts and requeues outbox rows on this store.
+    `outbox` claims, settles, counts and requeues outbox rows on this store; `store_id` is the
+    UUID made with the store file (a replaced or salvaged store has a new one).
     """
 
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
@@ -62,6 +63,7 @@ class Store:
         self._lock = self._writer.lock
         self._upstreams: list[str] = []
         self.outbox = Outbox(self._writer)
+        self.store_id = ""  # the UUID made with the store (contract section 4); set by `open`
 
     @classmethod
     async def open(
@@ -87,6 +89,7 @@ class Store:
         store = cls(db, spath)
         try:
             store._upstreams = await store._upstream_names()
+            store.store_id = await read_store_id(db)
         except BaseException:
             await db.close()
             raise
