@@ -44,6 +44,7 @@ class ServiceLive:
     upstreams: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: dict[str, Any] = field(default_factory=dict)
     store_problem: str | None = None
+    salvage: dict[str, Any] | None = None  # what a new store took from a damaged one at this start
 
     def connection(self, device: str, receiver: str) -> ConnectionLive:
         for c in self.connections:

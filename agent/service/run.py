@@ -4,7 +4,7 @@ Wires the rooms together and owns the order of start and stop; holds no SQL, no 
 no stop bounds of its own (those are `agent.service.shutdown.StopBudget`).
 
 Lifecycle (`edge-agent run`):
-  start     open the store (a damaged store is moved aside, see `open_store`), register
+  start     open the store (a damaged store is moved aside and salvaged, see `open_store`), register
             upstreams, start recorder, pollers, forwarders, status writer and retention;
             READY=1 once all are started.
   running   one failing device or upstream never stops the rest: sources reconnect with
@@ -47,6 +47,7 @@ from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
+from agent.store.salvage import SalvageReport, salvage_into
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,15 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-async def open_store(path: str, cfg: Config, clock: Clock = utc_now) -> tuple[Store, str | None]:
-    """Open the store; a damaged one is moved aside (database, WAL and SHM together) and a new
-    store is started, so a corrupt file never becomes a crash loop. Returns (store, alarm)."""
+async def open_store(
+    path: str, cfg: Config, clock: Clock = utc_now
+) -> tuple[Store, str | None, SalvageReport | None]:
+    """Open the store; a damaged one is moved aside (database, WAL and SHM together), a new
+    store is started and takes what can still be read from the old one (`agent.store.salvage`),
+    so a corrupt file never becomes a crash loop. Returns (store, alarm, salvage report)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=cfg.store.max_size), None
+        return await _open(path, cfg), None, None
     except StoreCorrupt as exc:
         stamp = clock().strftime("%Y%m%dT%H%M%SZ")
         moved = []
@@ -75,8 +79,28 @@ async def open_store(path: str, cfg: Config, clock: Clock = utc_now) -> tuple[St
                 moved.append(str(dst))
         alarm = f"store was damaged ({exc}); moved aside to {', '.join(moved)}; a new store was started"
         log.error("ALARM %s", alarm)
-        store = await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=cfg.store.max_size)
-        return store, alarm
+        store = await _open(path, cfg)
+        report = await _salvage(store, f"{path}.corrupt-{stamp}", format_timestamp(clock()))
+        if report is not None:
+            alarm = f"{alarm}; {report.summary()}"
+        return store, alarm, report
+
+
+async def _open(path: str, cfg: Config) -> Store:
+    return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=cfg.store.max_size)
+
+
+async def _salvage(store: Store, damaged: str, now: str) -> SalvageReport | None:
+    """Take what can be read from the damaged file; a failure here never stops the start."""
+    if not Path(damaged).exists():
+        return None
+    try:
+        report = await salvage_into(store, damaged, now)
+    except Exception:  # best effort by design: the new store must start even if salvage breaks
+        log.exception("ALARM salvage of %s failed; nothing was taken from it", damaged)
+        return None
+    log.error("ALARM salvage from %s: %s", damaged, report.summary())
+    return report
 
 
 @dataclass
@@ -120,8 +144,9 @@ class Service:
         return format_timestamp(self.clock())
 
     async def run(self, stop: asyncio.Event) -> int:
-        store, alarm = await open_store(self.path, self.cfg, self.clock)
+        store, alarm, salvaged = await open_store(self.path, self.cfg, self.clock)
         self.live.store_problem = alarm
+        self.live.salvage = salvaged.as_dict() if salvaged is not None else None
         stopping: StopSequence | None = None
         try:
             await store.register_upstreams([(u.name, u.backfill) for u in self.cfg.upstreams], self.now())
