@@ -99,7 +99,10 @@ def _readable(path: str, out: OldStore) -> Iterator[sqlite3.Connection | None]:
                 break
             con = _try_open(copy)
             if con is not None:
-                out.problem = f"the file did not open as it was; read through a copy with a rebuilt header (page size {size})"
+                out.problem = (
+                    "the file did not open as it was; "
+                    f"read through a copy with a rebuilt header (page size {size})"
+                )
                 try:
                     yield con
                 finally:
