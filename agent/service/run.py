@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,6 +50,7 @@ from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
 from agent.store.salvage import SalvageReport, salvage_into
 from agent.store.store import Store
+from agent.store.wal_check import wal_damage
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,9 @@ async def open_store(
     store is started and takes what can still be read from the old one (`agent.store.salvage`),
     so a corrupt file never becomes a crash loop. Returns (store, alarm, salvage report)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    wal_alarm = await _check_wal(path, clock)
     try:
-        return await _open(path, cfg), None, None
+        return await _open(path, cfg), wal_alarm, None
     except StoreCorrupt as exc:
         stamp = clock().strftime("%Y%m%dT%H%M%SZ")
         moved = []
@@ -84,6 +87,24 @@ async def open_store(
         if report is not None:
             alarm = f"{alarm}; {report.summary()}"
         return store, alarm, report
+
+
+async def _check_wal(path: str, clock: Clock) -> str | None:
+    """An alarm when the WAL holds commits SQLite will drop (`agent.store.wal_check`); the WAL
+    is copied aside first, for analysis, since opening the store ends it."""
+    wal = f"{path}-wal"
+    damage = await asyncio.to_thread(wal_damage, wal)
+    if damage is None:
+        return None
+    copy = f"{path}.wal-damaged-{clock().strftime('%Y%m%dT%H%M%SZ')}"
+    try:
+        await asyncio.to_thread(shutil.copyfile, wal, copy)
+        kept = f"a copy of the WAL is at {copy}"
+    except OSError as exc:
+        kept = f"the WAL could not be copied aside ({exc})"
+    alarm = f"store WAL was damaged: {damage.describe()}; {kept}"
+    log.error("ALARM %s", alarm)
+    return alarm
 
 
 async def _open(path: str, cfg: Config) -> Store:

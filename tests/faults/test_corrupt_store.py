@@ -16,7 +16,9 @@ What is guaranteed, precisely:
   what the database file and the good frames hold, without a crash, the store passes
   `integrity_check`, nothing is invented, and the controllers' ring buffers give back what
   was dropped (each controller here made fewer transitions than its ring holds, which is the
-  only reason nothing is lost). A flip in the WAL is therefore not detected or alarmed today.
+  only reason nothing is lost). The agent reads the WAL itself before opening the store, so
+  the dropped commits are alarmed (`ALARM store WAL was damaged`, with their count, in the log
+  and `status`) and a copy of the WAL is kept (`events.db.wal-damaged-<time>`).
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ async def test_flipped_bytes_in_the_wal_never_crash_the_agent_and_the_rings_give
         await agent.started(timeout=START_WITHIN_S)
         assert time.monotonic() - t0 < START_WITHIN_S
         assert set(checker.committed_keys(db)) <= before  # dropped frames, nothing invented
+        assert "ALARM store WAL was damaged" in agent.this_run()
+        assert "WAL was damaged" in ((await agent.status())["service"]["store_problem"] or "")
+        assert any(".wal-damaged-" in p.name for p in tmp_path.iterdir())
         verdict = await harness.drain_and_check(agent, rx, db, load)
     assert verdict.ok, verdict.problems()
     assert verdict.made == verdict.committed == 12
