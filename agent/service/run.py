@@ -12,7 +12,9 @@ Lifecycle (`edge-agent run`):
             be written. WATCHDOG=1 only while the status loop runs and the recorder is not
             stuck inside one commit.
   SIGTERM   STOPPING=1; stop polling; let the recorder commit what was read; give the
-            forwarders a bounded drain; close sinks; close the store; exit 0.
+            forwarders a bounded drain; close sinks; close the store; exit 0, or exit 75
+            (EX_LOST) when observations read could not be committed (a full store even after
+            its reserve was opened, or a step cut short): the log says how many.
 
 The order matters: a poll in flight finishes and is committed before the store closes, so
 what the controllers showed is never half recorded. Each step has its bound and the whole
@@ -43,16 +45,22 @@ from agent.core.wording import counted
 from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
 from agent.service.recorder import Recorder
+from agent.service.room import StoreRoom
 from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
+from agent.store.reserve import Reserve
 from agent.store.salvage import SalvageReport, salvage_into
 from agent.store.store import Store
 from agent.store.wal_check import wal_damage
 
 log = logging.getLogger(__name__)
+
+EX_LOST = 75
+"""Exit code of a stop that could not commit observations it had read (EX_TEMPFAIL): they are
+counted in the log; the unit restarts the service, and the controllers' rings may hold them."""
 
 Clock = Callable[[], datetime]
 
@@ -108,7 +116,9 @@ async def _check_wal(path: str, clock: Clock) -> str | None:
 
 
 async def _open(path: str, cfg: Config) -> Store:
-    return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=cfg.store.max_size)
+    """The store, its database held to `max_size - reserve` (see `agent.store.reserve`)."""
+    quota = Reserve(path, cfg.store.reserve, cfg.store.max_size).database_quota
+    return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=quota)
 
 
 async def _salvage(store: Store, damaged: str, now: str) -> SalvageReport | None:
@@ -160,6 +170,8 @@ class Service:
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.status = StatusWriter(self.live, self.now, status_interval_s)
         self.ready = asyncio.Event()
+        self.reserve = Reserve(self.path, cfg.store.reserve, cfg.store.max_size)
+        self._recorder: Recorder | None = None
 
     def now(self) -> str:
         return format_timestamp(self.clock())
@@ -168,17 +180,32 @@ class Service:
         store, alarm, salvaged = await open_store(self.path, self.cfg, self.clock)
         self.live.store_problem = alarm
         self.live.salvage = salvaged.as_dict() if salvaged is not None else None
+        await asyncio.to_thread(self.reserve.ensure)
         stopping: StopSequence | None = None
         try:
             await store.register_upstreams([(u.name, u.backfill) for u in self.cfg.upstreams], self.now())
             stopping = await self._run(store, stop)
         finally:
             await _close_store(store, stopping)
+        lost = self._lost()
+        if lost:
+            log.error(
+                "stopped with %d observations that could not be committed: lost to this store "
+                "(the controllers' ring buffers may still hold them); exit %d",
+                lost,
+                EX_LOST,
+            )
+            return EX_LOST
         if stopping is not None and stopping.cut_short:
             log.warning("stopped; cut short: %s", ", ".join(stopping.cut_short))
         else:
             log.info("stopped cleanly")
         return 0
+
+    def _lost(self) -> int:
+        """Observations given up at the stop: counted by the recorder, or still in its hands."""
+        rec = self._recorder
+        return 0 if rec is None else rec.stats.lost + rec.uncommitted()
 
     async def _run(self, store: Store, stop: asyncio.Event) -> StopSequence:
         running = self._prepare(store)
@@ -214,7 +241,8 @@ class Service:
 
             self.status.collector = metrics.SnapshotCollector()
             metrics.serve(cfg.metrics.listen, self.status.collector)
-        return _Running(store, Recorder(store, on_commit=committed), forwarders)
+        self._recorder = Recorder(store, on_commit=committed, room=StoreRoom(store, self.reserve))
+        return _Running(store, self._recorder, forwarders)
 
     def _start_tasks(self, tg: asyncio.TaskGroup, r: _Running) -> None:
         cfg = self.cfg

@@ -98,6 +98,15 @@ class Store:
     async def close(self) -> None:
         await self.db.close()
 
+    async def set_quota(self, max_bytes: int | None) -> None:
+        """Let the database grow to `max_bytes` from now on (this connection; None: no quota).
+
+        The service opens its reserve this way when the quota is reached at SIGTERM."""
+        async with self._lock:
+            rows = list(await self.db.execute_fetchall("PRAGMA page_size"))
+            pages = 4294967294 if max_bytes is None else max(1, max_bytes // int(rows[0][0]))
+            await self.db.execute(f"PRAGMA max_page_count={int(pages)}")
+
     async def __aenter__(self) -> Store:
         return self
 
