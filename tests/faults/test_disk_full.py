@@ -31,7 +31,7 @@ BACK_LINE = "store writable again"
 
 
 @contextlib.contextmanager
-def small_tmpfs(where: Path, size: str = "4m") -> Iterator[Path]:
+def small_tmpfs(where: Path, size: str = "8m") -> Iterator[Path]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs for a real full disk needs root")
     where.mkdir()
@@ -63,13 +63,17 @@ async def test_a_full_disk_holds_events_says_so_and_resumes_by_itself(
 ) -> None:
     with small_tmpfs(tmp_path / "disk") as disk:
         db = disk / "events.db"
-        async with harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s", store=db) as (_plant, rx, agent, load):
+        rig = harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s", store=db, reserve="1MiB")
+        async with rig as (_plant, rx, agent, load):
             await agent.start()
             await agent.started()
+            assert (disk / "events.db.reserve").stat().st_size == 1024 * 1024
             load.start(2.0, seed=3)  # 1 per second per controller: far inside a 10-slot ring
             await harness.eventually(lambda: len(rx.distinct) >= 3, 20, "first events upstream")
             assert fill(disk / "ballast") > 0
             await agent.wait_for_log(FULL_LINE, timeout=15)
+            await agent.wait_for_log("ALARM store disk full: released the store reserve", timeout=5)
+            assert not (disk / "events.db.reserve").exists()
             await asyncio.sleep(3 * POLL_S)  # the disk stays full while transitions go on
             assert agent.alive(), agent.this_run()
             status = await agent.status()
@@ -149,5 +153,41 @@ async def test_the_store_quota_reached_holds_events_says_so_and_a_raised_quota_l
         await load.halt()
         verdict = await harness.drain_and_check(agent, rx, db, load)
         assert "store write failed" not in agent.this_run()
+    assert verdict.ok, verdict.problems()
+    assert verdict.made == verdict.committed > 0
+
+
+async def test_sigterm_while_the_disk_is_full_commits_what_was_held_and_forwarding_goes_on(
+    harness: ModuleType, tmp_path: Path
+) -> None:
+    with small_tmpfs(tmp_path / "disk") as disk:
+        db = disk / "events.db"
+        rig = harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s", store=db, reserve="1MiB")
+        async with rig as (_plant, rx, agent, load):
+            rx.fail(503)  # a backlog first: the upstream refuses
+            await agent.start()
+            await agent.started()
+            load.start(2.0, seed=11)
+            await harness.eventually(lambda: len(harness.checker.committed_keys(db)) >= 6, 20, "a backlog")
+            assert fill(disk / "ballast") > 0
+            await agent.wait_for_log(FULL_LINE, timeout=15)
+            await agent.wait_for_log("released the store reserve", timeout=5)
+            status = await agent.status()
+            assert status["store"]["days_until_full"] == 0, status["store"]  # no room: says so
+            backlog = set(harness.checker.committed_keys(db))
+            rx.heal()  # forwarding goes on while the disk is full: the backlog goes out
+            wanted = {harness.checker.cloud_id(harness.SITE, k) for k in backlog}
+            await harness.eventually(lambda: wanted <= rx.distinct, 20, "the backlog sent while full")
+            await asyncio.sleep(3 * POLL_S)  # observations are held meanwhile
+            await load.halt()
+            recorder = (await agent.status())["service"]["recorder"]
+            assert recorder["store_errors"] >= 2 and recorder["store_problem"], recorder  # held
+
+            rc, took = await agent.stop()  # SIGTERM with the disk still full
+            run = agent.this_run()
+            assert rc == 0 and took < harness.STOP_TIMEOUT_S, run[-3000:]
+            assert "uncommitted observations" not in run and "Task was destroyed" not in run
+            (disk / "ballast").unlink()
+            verdict = await harness.drain_and_check(agent, rx, db, load)
     assert verdict.ok, verdict.problems()
     assert verdict.made == verdict.committed > 0
