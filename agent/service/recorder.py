@@ -168,42 +168,41 @@ class Recorder:
         its reserve (`room`) for the writes that must commit, and the recorder retries only
         when there is more room than that. At shutdown the reserve is opened for one last
         commit; what still does not commit is counted as lost (the service then exits non-zero)."""
-        self._held = sum(_count(o) for o in batch)
+        self._held = sum(_count(o) for o in batch)  # stays set if this task is cancelled: counted
         last_chance = False
-        try:
-            while True:
-                self._commit_started = time.monotonic()
-                try:
-                    await self.commit(batch)
-                except StoreError as exc:
-                    self._failed(batch, exc)
-                    if isinstance(exc, StoreFull) and self.room is not None:
-                        await self.room.full()
-                    if stop.is_set():
-                        if isinstance(exc, StoreFull) and self.room is not None and not last_chance:
-                            last_chance = True
-                            await self.room.last_chance()
-                            continue
-                        self.stats.lost += self._held
-                        log.error(
-                            "shutting down with %d uncommitted observations, lost to this store "
-                            "(the controllers' ring buffers may still hold them): %s",
-                            self._held,
-                            exc,
-                        )
-                        return
-                    await self._wait_for_room(stop)
-                    continue
-                finally:
-                    self._commit_started = None
-                if self.store_problem is not None:
-                    log.warning("store writable again after %d failed attempts", self.stats.store_errors)
-                    self.store_problem = None
-                    if self.room is not None:
-                        await self.room.recovered()
-                return
-        finally:
+        while True:
+            self._commit_started = time.monotonic()
+            try:
+                await self.commit(batch)
+            except StoreError as exc:
+                self._failed(batch, exc)
+                if isinstance(exc, StoreFull) and self.room is not None:
+                    await self.room.full()
+                if stop.is_set():
+                    if isinstance(exc, StoreFull) and self.room is not None and not last_chance:
+                        last_chance = True
+                        await self.room.last_chance()
+                        continue
+                    self.stats.lost += self._held
+                    log.error(
+                        "shutting down with %d uncommitted observations, lost to this store "
+                        "(the controllers' ring buffers may still hold them): %s",
+                        self._held,
+                        exc,
+                    )
+                    self._held = 0
+                    return
+                await self._wait_for_room(stop)
+                continue
+            finally:
+                self._commit_started = None
             self._held = 0
+            if self.store_problem is not None:
+                log.warning("store writable again after %d failed attempts", self.stats.store_errors)
+                self.store_problem = None
+                if self.room is not None:
+                    await self.room.recovered()
+            return
 
     def _failed(self, batch: Sequence[Observations], exc: StoreError) -> None:
         self.stats.store_errors += 1

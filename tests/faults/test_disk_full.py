@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import sqlite3
 import subprocess
 import time
@@ -181,7 +182,7 @@ async def test_sigterm_while_the_disk_is_full_commits_what_was_held_and_forwardi
             await asyncio.sleep(3 * POLL_S)  # observations are held meanwhile
             await load.halt()
             recorder = (await agent.status())["service"]["recorder"]
-            assert recorder["store_errors"] >= 2 and recorder["store_problem"], recorder  # held
+            assert recorder["store_problem"], recorder  # a batch held: cleared only by a commit
 
             rc, took = await agent.stop()  # SIGTERM with the disk still full
             run = agent.this_run()
@@ -191,3 +192,26 @@ async def test_sigterm_while_the_disk_is_full_commits_what_was_held_and_forwardi
             verdict = await harness.drain_and_check(agent, rx, db, load)
     assert verdict.ok, verdict.problems()
     assert verdict.made == verdict.committed > 0
+
+
+async def test_a_stop_that_cannot_commit_what_it_read_says_how_much_and_exits_non_zero(
+    harness: ModuleType, tmp_path: Path
+) -> None:
+    db = tmp_path / "events.db"
+    async with harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s") as (_plant, _rx, agent, load):
+        await agent.start()
+        await agent.started()
+        await agent.stop()
+        grow(db, 1024 * 1024)
+        set_quota(agent.config, (page_count(db) + 6) * 4096, reserve=0)  # no reserve to open
+        await agent.start()
+        await agent.started()
+        load.start(4.0, seed=9)
+        await agent.wait_for_log(FULL_LINE, timeout=40)
+        await asyncio.sleep(2 * POLL_S)
+        await load.halt()
+        rc, _took = await agent.stop()
+        run = agent.this_run()
+    assert rc == 75, run[-3000:]  # never exit 0 with observations dropped
+    lost = re.search(r"stopped with (\d+) observations that could not be committed", run)
+    assert lost is not None and int(lost.group(1)) > 0, run[-3000:]
