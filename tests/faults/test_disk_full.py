@@ -86,6 +86,7 @@ async def test_a_full_disk_holds_events_says_so_and_resumes_by_itself(
             await agent.wait_for_log(BACK_LINE, timeout=10)
             resumed = time.monotonic() - freed
             assert resumed < POLL_S + 1.0, f"resumed {resumed:.1f}s after space was freed"
+            await harness.eventually(lambda: (disk / "events.db.reserve").exists(), 10, "reserve kept again")
             await load.halt()
             verdict = await harness.drain_and_check(agent, rx, db, load)
             after = await agent.status()
