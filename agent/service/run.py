@@ -51,8 +51,9 @@ from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
+from agent.store.replace import finish_interrupted, replace_damaged
 from agent.store.reserve import Reserve
-from agent.store.salvage import SalvageReport, salvage_into
+from agent.store.salvage import SalvageReport
 from agent.store.store import Store
 from agent.store.wal_check import wal_damage
 
@@ -72,29 +73,39 @@ def utc_now() -> datetime:
 async def open_store(
     path: str, cfg: Config, clock: Clock = utc_now
 ) -> tuple[Store, str | None, SalvageReport | None]:
-    """Open the store; a damaged one is moved aside (database, WAL and SHM together), a new
-    store is started and takes what can still be read from the old one (`agent.store.salvage`),
+    """Open the store; a damaged one is moved aside (database, WAL and SHM together) and a new
+    store takes its place holding what could still be read from it (`agent.store.replace`),
     so a corrupt file never becomes a crash loop. Returns (store, alarm, salvage report)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    now = format_timestamp(clock())
+
+    async def open_new(new_path: str) -> Store:
+        return await Store.open(new_path, synchronous=cfg.store.synchronous)
+
+    report = await finish_interrupted(path, open_new, now)
+    alarm = (
+        None if report is None else _salvage_alarm("a salvage interrupted by a crash was done again", report)
+    )
     wal_alarm = await _check_wal(path, clock)
+    alarm = "; ".join(a for a in (alarm, wal_alarm) if a) or None
     try:
-        return await _open(path, cfg), wal_alarm, None
+        return await _open(path, cfg), alarm, report
     except StoreCorrupt as exc:
         stamp = clock().strftime("%Y%m%dT%H%M%SZ")
-        moved = []
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(path + suffix)
-            if src.exists():
-                dst = Path(f"{path}.corrupt-{stamp}{suffix}")
-                src.rename(dst)
-                moved.append(str(dst))
+        log.error(
+            "store was damaged (%s); moving it aside and salvaging what can be read into a new store", exc
+        )
+        moved, report = await replace_damaged(path, stamp, open_new, now)
         alarm = f"store was damaged ({exc}); moved aside to {', '.join(moved)}; a new store was started"
-        log.error("ALARM %s", alarm)
-        store = await _open(path, cfg)
-        report = await _salvage(store, f"{path}.corrupt-{stamp}", format_timestamp(clock()))
         if report is not None:
-            alarm = f"{alarm}; {report.summary()}"
-        return store, alarm, report
+            alarm = _salvage_alarm(alarm, report)
+        log.error("ALARM %s", alarm)
+        return await _open(path, cfg), alarm, report
+
+
+def _salvage_alarm(alarm: str, report: SalvageReport) -> str:
+    log.error("ALARM salvage from %s: %s", report.damaged_file, report.summary())
+    return f"{alarm}; {report.summary()}"
 
 
 async def _check_wal(path: str, clock: Clock) -> str | None:
@@ -119,19 +130,6 @@ async def _open(path: str, cfg: Config) -> Store:
     """The store, its database held to `max_size - reserve` (see `agent.store.reserve`)."""
     quota = Reserve(path, cfg.store.reserve, cfg.store.max_size).database_quota
     return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=quota)
-
-
-async def _salvage(store: Store, damaged: str, now: str) -> SalvageReport | None:
-    """Take what can be read from the damaged file; a failure here never stops the start."""
-    if not Path(damaged).exists():
-        return None
-    try:
-        report = await salvage_into(store, damaged, now)
-    except Exception:  # best effort by design: the new store must start even if salvage breaks
-        log.exception("ALARM salvage of %s failed; nothing was taken from it", damaged)
-        return None
-    log.error("ALARM salvage from %s: %s", damaged, report.summary())
-    return report
 
 
 @dataclass

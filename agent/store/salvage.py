@@ -3,7 +3,7 @@
 When the store fails to open or fails `PRAGMA quick_check`, the service moves the file aside
 and starts a new store (`agent.service.run.open_store`). Before anything else is written,
 `salvage_into` reads the moved-aside file (`agent.store.salvage_read`) and copies into the
-new store, in one transaction:
+new store:
 
 * the upstreams (so `backfill: all` is not applied a second time),
 * the tracker state: `device_state` (the last boot seen live per device) and every readable
@@ -15,6 +15,10 @@ new store, in one transaction:
   gaps and anomalies keep their ids upstream; an identity-incomplete arrival is recorded
   again from its raw bytes (its id upstream is the new store id + its new arrival id);
   the outbox row keeps its upstream, its attempt count and its place in the order.
+
+The outbox is taken in rowid ranges of 2,000, each range with its records in one
+transaction, so memory stays flat however large the backlog (the caller makes the whole
+salvage atomic: it salvages into a new file and renames it into place when done).
 
 A canonical event whose stored payload hash does not match its payload is not taken (the
 damage reached its content): it is counted as unreadable. Delivered rows are not taken.
@@ -33,19 +37,28 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiosqlite
 
-from agent.core.contract import Decision, Delivery, payload_hash_of_text
+from agent.core.contract import Decision, Delivery, Key, payload_hash_of_text
 from agent.core.intake import parse_delivery
 from agent.core.jcs import canonical_json
 from agent.store.batch import read_marks, record_batch
-from agent.store.salvage_read import OldStore, read_old_store
+from agent.store.salvage_read import (
+    ANOMALY_COLUMNS,
+    ARRIVAL_COLUMNS,
+    BOOT_COLUMNS,
+    EVENT_COLUMNS,
+    OUTBOX_COLUMNS,
+    DamagedStore,
+    Rows,
+)
 from agent.store.store import Store
 
 RECEIVER = "salvage"
+STEP = 2000  # outbox rowids of the damaged file per transaction: memory stays flat
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,17 +92,34 @@ class SalvageReport:
 
 @dataclass
 class _Taken:
-    events: dict[int, int]  # old canonical id -> new
-    arrivals: dict[int, int]  # old arrival id -> new
-    boots: dict[int, int]  # old boot row -> new
-    anomalies: dict[int, int]  # old anomaly id -> new
+    boots: dict[int, int] = field(default_factory=dict)  # old boot row -> new
+    arrivals: dict[int, int] = field(default_factory=dict)  # old arrival id -> new
+    events: int = 0
+    anomalies: int = 0
+    outbox_rows: int = 0
+    outbox_rows_lost: int = 0
 
 
 async def salvage_into(store: Store, damaged: str, now: str) -> SalvageReport:
     """Copy what can be read from the damaged store file `damaged` into the new `store`."""
-    old = await asyncio.to_thread(read_old_store, damaged)
+    dam = await asyncio.to_thread(DamagedStore, damaged)
+    try:
+        taken, device_states = await _salvage(store, dam, os.path.basename(damaged), now)
+    finally:
+        await asyncio.to_thread(dam.close)
+    report = SalvageReport(
+        damaged_file=damaged,
+        outbox_rows=taken.outbox_rows,
+        events=taken.events,
+        boots=len(taken.boots),
+        anomalies=taken.anomalies,
+        identity_incomplete=len(taken.arrivals),
+        device_state=device_states,
+        unreadable_rows=sum(dam.unreadable.values()),
+        outbox_rows_lost=taken.outbox_rows_lost,
+        problem=dam.problem,
+    )
     async with store._lock, store._transaction():
-        report = await _write(store.db, store.path, old, damaged, now)
         await store.db.execute(
             "INSERT INTO store_meta(name, value) VALUES ('salvage', ?)"
             " ON CONFLICT(name) DO UPDATE SET value = excluded.value",
@@ -98,102 +128,158 @@ async def salvage_into(store: Store, damaged: str, now: str) -> SalvageReport:
     return report
 
 
-async def _write(db: aiosqlite.Connection, path: str, old: OldStore, damaged: str, now: str) -> SalvageReport:
-    await db.executemany(
-        "INSERT OR IGNORE INTO upstreams(name, backfill, added_at) VALUES (?,?,?)", old.upstreams
-    )
-    await db.executemany(
-        "INSERT INTO device_state(device, last_live_boot) VALUES (?,?)"
-        " ON CONFLICT(device) DO UPDATE SET last_live_boot = excluded.last_live_boot",
-        old.device_state,
-    )
-    taken = _Taken({}, {}, await _boots(db, old), await _anomalies(db, old))
-    await _deliveries(db, path, old, taken, os.path.basename(damaged), now)
-    rows, missing = [], 0
-    for _oid, (upstream, kind, ref_id, attempts, last_error, created_at) in sorted(old.outbox.items()):
-        new = _new_ref(taken, str(kind), int(ref_id))
-        if new is None:
-            missing += 1
-            continue
-        rows.append((upstream, kind, new, attempts, last_error, created_at))
-    await db.executemany(
-        "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, attempts, last_error, created_at)"
-        " VALUES (?,?,?,?,?,?)",
-        rows,
-    )
-    return SalvageReport(
-        damaged_file=damaged,
-        outbox_rows=len(rows),
-        events=len(taken.events),
-        boots=len(taken.boots),
-        anomalies=len(taken.anomalies),
-        identity_incomplete=len(taken.arrivals),
-        device_state=len(old.device_state),
-        unreadable_rows=sum(old.unreadable.values()),
-        outbox_rows_lost=missing,
-        problem=old.problem,
-    )
+async def _salvage(store: Store, dam: DamagedStore, damaged: str, now: str) -> tuple[_Taken, int]:
+    t = asyncio.to_thread
+    upstreams = await t(dam.scan, "upstreams", "name, backfill, added_at")
+    device_state = await t(dam.scan, "device_state", "device, last_live_boot")
+    boots = await t(dam.scan, "boots", BOOT_COLUMNS)
+    taken = _Taken()
+    async with store._lock, store._transaction():
+        db = store.db
+        await db.executemany(
+            "INSERT OR IGNORE INTO upstreams(name, backfill, added_at) VALUES (?,?,?)",
+            list(upstreams.values()),
+        )
+        await db.executemany(
+            "INSERT INTO device_state(device, last_live_boot) VALUES (?,?)"
+            " ON CONFLICT(device) DO UPDATE SET last_live_boot = excluded.last_live_boot",
+            list(device_state.values()),
+        )
+        taken.boots.update(await _boots(db, boots))
+    for lo, hi in await t(lambda: list(dam.ranges("outbox", STEP))):
+        rows = await t(dam.scan_range, "outbox", OUTBOX_COLUMNS, lo, hi, "state = 'pending'")
+        if rows:
+            await _take_range(store, dam, rows, taken, damaged, now)
+    return taken, len(device_state)
 
 
-def _new_ref(taken: _Taken, kind: str, ref_id: int) -> int | None:
-    table = {
-        "transition": taken.events,
-        "boot_observed": taken.boots,
-        "gap": taken.anomalies,
-        "anomaly": taken.anomalies,
-        "identity_incomplete": taken.arrivals,
-    }.get(kind, {})
-    return table.get(ref_id)
+async def _take_range(
+    store: Store, dam: DamagedStore, rows: Rows, taken: _Taken, damaged: str, now: str
+) -> None:
+    """One range of pending outbox rows with their records, in one transaction."""
+    t = asyncio.to_thread
+    refs: dict[str, set[int]] = {}
+    for _upstream, kind, ref_id, *_ in rows.values():
+        refs.setdefault(str(kind), set()).add(int(ref_id))
+    events = await t(dam.lookup, "events", EVENT_COLUMNS, refs.get("transition", set()))
+    anomalies = await t(
+        dam.lookup, "anomalies", ANOMALY_COLUMNS, refs.get("gap", set()) | refs.get("anomaly", set())
+    )
+    wanted = refs.get("identity_incomplete", set()) - set(taken.arrivals)
+    arrivals = await t(dam.lookup, "arrivals", ARRIVAL_COLUMNS, wanted)
+    more_boots = await t(
+        dam.lookup, "boots", BOOT_COLUMNS, refs.get("boot_observed", set()) - set(taken.boots)
+    )
+    async with store._lock, store._transaction():
+        db = store.db
+        taken.boots.update(await _boots(db, more_boots))
+        new_anomalies = await _anomalies(db, anomalies)
+        new_events = await _deliveries(db, store.path, events, arrivals, taken, damaged, now)
+        taken.anomalies += len(new_anomalies)
+        out = []
+        for _oid, (upstream, kind, ref_id, attempts, last_error, created_at) in sorted(rows.items()):
+            new = {
+                "transition": new_events,
+                "boot_observed": taken.boots,
+                "gap": new_anomalies,
+                "anomaly": new_anomalies,
+                "identity_incomplete": taken.arrivals,
+            }.get(str(kind), {}).get(int(ref_id))
+            if new is None:
+                taken.outbox_rows_lost += 1
+                continue
+            out.append((upstream, kind, new, attempts, last_error, created_at))
+        await db.executemany(
+            "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, attempts, last_error, created_at)"
+            " VALUES (?,?,?,?,?,?)",
+            out,
+        )
+        taken.outbox_rows += len(out)
 
 
-async def _boots(db: aiosqlite.Connection, old: OldStore) -> dict[int, int]:
+async def _boots(db: aiosqlite.Connection, boots: Rows) -> dict[int, int]:
+    """Insert these boot rows (old row id -> row) unless known; old row id -> new row id."""
+    if not boots:
+        return {}
     await db.executemany(
         "INSERT OR IGNORE INTO boots(device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
         " arrival_id, evidence) VALUES (?,?,?,?,?,?,NULL,?)",
-        [old.boots[k] for k in sorted(old.boots)],
+        [boots[k] for k in sorted(boots)],
     )
     rows = await db.execute_fetchall("SELECT device, boot_id, boot_row FROM boots")
     new = {(r[0], r[1]): int(r[2]) for r in rows}
-    return {k: new[(v[0], v[1])] for k, v in old.boots.items() if (v[0], v[1]) in new}
+    return {k: new[(v[0], v[1])] for k, v in boots.items() if (v[0], v[1]) in new}
 
 
-async def _anomalies(db: aiosqlite.Connection, old: OldStore) -> dict[int, int]:
+async def _anomalies(db: aiosqlite.Connection, anomalies: Rows) -> dict[int, int]:
+    """Insert these gap/anomaly rows unless known; old id -> new id."""
+    if not anomalies:
+        return {}
     await db.executemany(
         "INSERT OR IGNORE INTO anomalies(source, boot_id, kind, from_value, to_value, detected_at, evidence)"
         " VALUES (?,?,?,?,?,?,?)",
-        [old.anomalies[k] for k in sorted(old.anomalies)],
+        [anomalies[k] for k in sorted(anomalies)],
     )
-    rows = await db.execute_fetchall(
-        "SELECT source, boot_id, kind, from_value, to_value, anomaly_id FROM anomalies"
-    )
-    new = {tuple(r[:5]): int(r[5]) for r in rows}
-    return {k: new[tuple(v[:5])] for k, v in old.anomalies.items() if tuple(v[:5]) in new}
+    out: dict[int, int] = {}
+    for old_id, v in anomalies.items():
+        found = list(
+            await db.execute_fetchall(
+                "SELECT anomaly_id FROM anomalies WHERE source = ? AND boot_id = ? AND kind = ?"
+                " AND from_value = ? AND to_value = ?",
+                v[:5],
+            )
+        )
+        if found:
+            out[old_id] = int(found[0][0])
+    return out
+
+
+async def _known(db: aiosqlite.Connection, keys: list[Key]) -> dict[Key, int]:
+    """Canonical ids of the keys the new store already holds (salvaged for another upstream)."""
+    out: dict[Key, int] = {}
+    for start in range(0, len(keys), 300):
+        chunk = keys[start : start + 300]
+        values = ",".join("(?,?,?)" for _ in chunk)
+        params = [p for k in chunk for p in (k.source, k.transition_id, k.boot_id)]
+        sql = (
+            f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
+            " e.canonical_id FROM k JOIN events e"
+            " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
+        )
+        for r in await db.execute_fetchall(sql, params):
+            out[Key(r[0], r[1], r[2])] = int(r[3])
+    return out
 
 
 async def _deliveries(
-    db: aiosqlite.Connection, path: str, old: OldStore, taken: _Taken, damaged: str, now: str
-) -> None:
-    """Record the salvaged events and identity-incomplete arrivals through the normal batch."""
+    db: aiosqlite.Connection, path: str, events: Rows, arrivals: Rows, taken: _Taken, damaged: str, now: str
+) -> dict[int, int]:
+    """Record the salvaged events and identity-incomplete arrivals through the normal batch;
+    old canonical id -> new canonical id (also for events the new store already holds)."""
+    made = {cid: _event_delivery(row, damaged) for cid, row in sorted(events.items())}
+    valid = {cid: d for cid, d in made.items() if d is not None and d.key is not None}
+    known = await _known(db, [d.key for d in valid.values() if d.key is not None])
+    mapping = {cid: known[d.key] for cid, d in valid.items() if d.key in known}
     items: list[Delivery] = []
     origin: list[tuple[str, int]] = []
-    for cid in sorted(old.events):
-        item = _event_delivery(old.events[cid], damaged)
-        if item is None:
-            continue  # its outbox rows are counted as not taken
-        items.append(item)
-        origin.append(("event", cid))
-    for aid in sorted(old.arrivals):
-        items.append(_incomplete_delivery(old.arrivals[aid]))
+    for cid, d in valid.items():
+        if cid not in mapping:
+            items.append(d)
+            origin.append(("event", cid))
+    for aid in sorted(arrivals):
+        items.append(_incomplete_delivery(arrivals[aid]))
         origin.append(("arrival", aid))
     if not items:
-        return
+        return mapping
     marks = await read_marks(db)
     outcomes = await record_batch(db, path, items, [], [], now, [])
     for i, ((what, old_id), oc) in enumerate(zip(origin, outcomes, strict=True)):
         if what == "event" and oc.canonical_id is not None:
-            taken.events[old_id] = oc.canonical_id
+            mapping[old_id] = oc.canonical_id
+            taken.events += 1
         elif what == "arrival" and oc.decision is Decision.IDENTITY_INCOMPLETE:
             taken.arrivals[old_id] = marks.last_arrival_id + 1 + i
+    return mapping
 
 
 def _event_delivery(row: tuple[Any, ...], damaged: str) -> Delivery | None:

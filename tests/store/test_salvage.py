@@ -206,3 +206,38 @@ async def test_a_file_that_is_no_database_at_all_starts_a_new_store_and_says_not
     assert report is not None and report.outbox_rows == 0
     assert report.problem is not None and "not readable" in report.problem
     assert alarm is not None and "not readable" in alarm
+
+
+async def test_a_salvage_cut_short_by_a_crash_is_done_again_at_the_next_start(tmp_path: Path) -> None:
+    db = tmp_path / "events.db"
+    await build_old_store(db)
+    before = undelivered(db)
+    bad_header(db, random.Random(2))
+    # The state a crash leaves in the middle of the replacement: the marker written, the damaged
+    # file moved aside, a half-made new store, nothing at the store's path.
+    damaged = tmp_path / "events.db.corrupt-20260422T085900Z"
+    (tmp_path / "events.db.salvaging").write_text(str(damaged))
+    db.rename(damaged)
+    (tmp_path / "events.db.salvage-new").write_bytes(b"half made")
+    store, alarm, report = await reopen(db)
+    await store.close()
+    assert report is not None and report.outbox_rows == len(before)
+    assert alarm is not None and "interrupted by a crash was done again" in alarm
+    assert taken_over(db) == before
+    assert not (tmp_path / "events.db.salvaging").exists()
+    assert not (tmp_path / "events.db.salvage-new").exists()
+
+
+async def test_a_crash_before_the_damaged_file_was_moved_only_leaves_a_marker_that_goes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+    await build_old_store(db)
+    bad_header(db, random.Random(2))
+    (tmp_path / "events.db.salvaging").write_text(str(tmp_path / "events.db.corrupt-20260422T085900Z"))
+    store, alarm, report = await reopen(db)  # finds the file damaged again and replaces it now
+    await store.close()
+    assert report is not None and report.unreadable_rows == 0
+    assert alarm is not None and "store was damaged" in alarm
+    assert not (tmp_path / "events.db.salvaging").exists()
+    assert (tmp_path / "events.db.corrupt-20260422T090000Z").exists()
