@@ -22,7 +22,7 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agent.store.salvage import SalvageReport, salvage_into
+from agent.store.salvage import Progress, SalvageReport, salvage_into
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ OpenNew = Callable[[str], Awaitable[Store]]
 
 
 async def replace_damaged(
-    path: str, stamp: str, open_new: OpenNew, now: str
+    path: str, stamp: str, open_new: OpenNew, now: str, progress: Progress | None = None
 ) -> tuple[list[str], SalvageReport | None]:
     """Move the damaged store at `path` aside and put a salvaged new one in its place.
 
@@ -50,10 +50,12 @@ async def replace_damaged(
             src.rename(dst)
             moved.append(str(dst))
     _sync_dir(path)
-    return moved, await _salvage_to_new(path, damaged, open_new, now)
+    return moved, await _salvage_to_new(path, damaged, open_new, now, progress)
 
 
-async def finish_interrupted(path: str, open_new: OpenNew, now: str) -> SalvageReport | None:
+async def finish_interrupted(
+    path: str, open_new: OpenNew, now: str, progress: Progress | None = None
+) -> SalvageReport | None:
     """Finish a replacement that a crash interrupted (see module docstring); None when none was."""
     marker = Path(path + MARKER)
     if not marker.exists():
@@ -64,17 +66,19 @@ async def finish_interrupted(path: str, open_new: OpenNew, now: str) -> SalvageR
         return None
     damaged = marker.read_text(encoding="utf-8").strip()
     log.warning("a salvage of %s was interrupted; doing it again", damaged)
-    return await _salvage_to_new(path, damaged, open_new, now)
+    return await _salvage_to_new(path, damaged, open_new, now, progress)
 
 
-async def _salvage_to_new(path: str, damaged: str, open_new: OpenNew, now: str) -> SalvageReport | None:
+async def _salvage_to_new(
+    path: str, damaged: str, open_new: OpenNew, now: str, progress: Progress | None
+) -> SalvageReport | None:
     _remove_new(path)
     new = path + NEW
     store = await open_new(new)
     report: SalvageReport | None = None
     try:
         if Path(damaged).exists():
-            report = await salvage_into(store, damaged, now)
+            report = await salvage_into(store, damaged, now, progress)
     except Exception:  # best effort by design: the new store must start even if salvage breaks
         log.exception("ALARM salvage of %s failed; nothing was taken from it", damaged)
     finally:

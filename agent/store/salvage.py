@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,11 +101,19 @@ class _Taken:
     outbox_rows_lost: int = 0
 
 
-async def salvage_into(store: Store, damaged: str, now: str) -> SalvageReport:
-    """Copy what can be read from the damaged store file `damaged` into the new `store`."""
+Progress = Callable[[int], None]
+
+
+async def salvage_into(
+    store: Store, damaged: str, now: str, progress: Progress | None = None
+) -> SalvageReport:
+    """Copy what can be read from the damaged store file `damaged` into the new `store`.
+
+    `progress` is called after every range with the outbox rows taken so far (the service
+    tells systemd the start is still going: a large backlog takes a while)."""
     dam = await asyncio.to_thread(DamagedStore, damaged)
     try:
-        taken, device_states = await _salvage(store, dam, os.path.basename(damaged), now)
+        taken, device_states = await _salvage(store, dam, os.path.basename(damaged), now, progress)
     finally:
         await asyncio.to_thread(dam.close)
     report = SalvageReport(
@@ -128,7 +137,9 @@ async def salvage_into(store: Store, damaged: str, now: str) -> SalvageReport:
     return report
 
 
-async def _salvage(store: Store, dam: DamagedStore, damaged: str, now: str) -> tuple[_Taken, int]:
+async def _salvage(
+    store: Store, dam: DamagedStore, damaged: str, now: str, progress: Progress | None
+) -> tuple[_Taken, int]:
     t = asyncio.to_thread
     upstreams = await t(dam.scan, "upstreams", "name, backfill, added_at")
     device_state = await t(dam.scan, "device_state", "device, last_live_boot")
@@ -150,6 +161,8 @@ async def _salvage(store: Store, dam: DamagedStore, damaged: str, now: str) -> t
         rows = await t(dam.scan_range, "outbox", OUTBOX_COLUMNS, lo, hi, "state = 'pending'")
         if rows:
             await _take_range(store, dam, rows, taken, damaged, now)
+            if progress is not None:
+                progress(taken.outbox_rows)
     return taken, len(device_state)
 
 
