@@ -23,6 +23,8 @@ from types import ModuleType
 import pytest
 import yaml
 
+from agent.store.store import Store
+
 pytestmark = pytest.mark.timeout(120)
 
 POLL_S = 1.0
@@ -200,11 +202,9 @@ async def test_a_stop_that_cannot_commit_what_it_read_says_how_much_and_exits_no
 ) -> None:
     db = tmp_path / "events.db"
     async with harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s") as (_plant, _rx, agent, load):
-        await agent.start()
-        await agent.started()
-        await agent.stop()
+        await (await Store.open(db)).close()  # the schema, then ballast: a quota that fills at once
         grow(db, 1024 * 1024)
-        set_quota(agent.config, (page_count(db) + 6) * 4096, reserve=0)  # no reserve to open
+        set_quota(agent.config, (page_count(db) + 2) * 4096, reserve=0)  # no reserve to open
         await agent.start()
         await agent.started()
         load.start(4.0, seed=9)
