@@ -68,7 +68,8 @@ class SalvageReport:
 
     damaged_file: str
     outbox_rows: int  # undelivered outbox rows taken over (one per record and upstream)
-    events: int  # canonical events taken over (undelivered somewhere)
+    events: int  # canonical events taken over with undelivered outbox rows
+    last_events: int  # delivered events taken as the last one recorded per source and bootId
     boots: int
     anomalies: int  # gaps and anomalies
     identity_incomplete: int
@@ -84,7 +85,8 @@ class SalvageReport:
         text = (
             f"salvaged {self.outbox_rows} undelivered outbox rows ({self.events} events, "
             f"{self.anomalies} gaps/anomalies, {self.identity_incomplete} identity-incomplete), "
-            f"{self.boots} boots, {self.device_state} device states; "
+            f"{self.boots} boots, {self.device_state} device states, "
+            f"{self.last_events} delivered last events per source and boot; "
             f"{self.unreadable_rows} rows could not be read; "
             f"{self.outbox_rows_lost} undelivered outbox rows could not be taken over"
         )
@@ -96,6 +98,7 @@ class _Taken:
     boots: dict[int, int] = field(default_factory=dict)  # old boot row -> new
     arrivals: dict[int, int] = field(default_factory=dict)  # old arrival id -> new
     events: int = 0
+    last_events: int = 0
     anomalies: int = 0
     outbox_rows: int = 0
     outbox_rows_lost: int = 0
@@ -120,6 +123,7 @@ async def salvage_into(
         damaged_file=damaged,
         outbox_rows=taken.outbox_rows,
         events=taken.events,
+        last_events=taken.last_events,
         boots=len(taken.boots),
         anomalies=taken.anomalies,
         identity_incomplete=len(taken.arrivals),
@@ -163,6 +167,13 @@ async def _salvage(
             await _take_range(store, dam, rows, taken, damaged, now)
             if progress is not None:
                 progress(taken.outbox_rows)
+    # After the outbox: the last recorded event per (source, bootId) that is not in the new store
+    # yet (it was delivered), so the tracker state read at the next start is the old store's.
+    latest = await t(dam.latest_events)
+    async with store._lock, store._transaction():
+        before = taken.events
+        await _deliveries(store.db, store.path, latest, {}, taken, damaged, now)
+        taken.last_events, taken.events = taken.events - before, before
     return taken, len(device_state)
 
 

@@ -116,6 +116,18 @@ class DamagedStore:
             found.update((int(r[0]), tuple(r[1:])) for r in rows)
         return found
 
+    def latest_events(self, step: int = 2000) -> Rows:
+        """The readable canonical event with the highest id per (source, bootId): the last
+        transition the store recorded for each, whether delivered or not (tracker state)."""
+        best: dict[tuple[str, str], int] = {}
+        for lo, hi in self.ranges("events", step):
+            for cid, (source, _tid, boot) in self.scan_range(
+                "events", "source, transition_id, boot_id", lo, hi
+            ).items():
+                if cid > best.get((source, boot), 0):
+                    best[(source, boot)] = cid
+        return self.lookup("events", EVENT_COLUMNS, best.values())
+
     def _one_by_one(self, table: str, columns: str, ids: Iterable[int], cond: str) -> list[Any]:
         assert self.con is not None
         rows: list[Any] = []

@@ -241,3 +241,25 @@ async def test_a_crash_before_the_damaged_file_was_moved_only_leaves_a_marker_th
     assert alarm is not None and "store was damaged" in alarm
     assert not (tmp_path / "events.db.salvaging").exists()
     assert (tmp_path / "events.db.corrupt-20260422T090000Z").exists()
+
+
+async def test_when_everything_was_delivered_the_last_event_per_source_and_boot_is_still_kept(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "events.db"
+    await build_old_store(db)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE outbox SET state = 'delivered'")
+    con.commit()
+    con.close()
+    bad_header(db, random.Random(4))
+    store, _alarm, report = await reopen(db)
+    try:
+        assert report is not None and report.outbox_rows == 0 and report.events == 0
+        assert report.last_events == 3  # PLC-00, -01 and -02 under B1
+        rows = await store.db.execute_fetchall("SELECT source, transition_id FROM events ORDER BY source")
+        last = {s: max(int(t) for t in range(EVENTS) if f"PLC-{t % 3:02d}/Trip" == s) for s, _ in rows}
+        assert [(s, int(t)) for s, t in rows] == sorted(last.items())
+        assert not await store.db.execute_fetchall("SELECT 1 FROM outbox")  # nothing goes out again
+    finally:
+        await store.close()
