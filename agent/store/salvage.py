@@ -46,7 +46,7 @@ import aiosqlite
 from agent.core.contract import Decision, Delivery, Key, payload_hash_of_text
 from agent.core.intake import parse_delivery
 from agent.core.jcs import canonical_json
-from agent.store.batch import read_marks, record_batch
+from agent.store.batch import queue_outbox, read_marks, record_batch
 from agent.store.salvage_read import (
     ANOMALY_COLUMNS,
     ARRIVAL_COLUMNS,
@@ -69,7 +69,7 @@ class SalvageReport:
     damaged_file: str
     outbox_rows: int  # undelivered outbox rows taken over (one per record and upstream)
     events: int  # canonical events taken over with undelivered outbox rows
-    last_events: int  # delivered events taken as the last one recorded per source and bootId
+    last_events: int  # delivered events taken as the last one recorded per source and bootId (sent again)
     boots: int
     anomalies: int  # gaps and anomalies
     identity_incomplete: int
@@ -169,11 +169,16 @@ async def _salvage(
                 progress(taken.outbox_rows)
     # After the outbox: the last recorded event per (source, bootId) that is not in the new store
     # yet (it was delivered), so the tracker state read at the next start is the old store's.
+    # It gets outbox rows like every canonical event: sent once more, replayed, same id.
     latest = await t(dam.latest_events)
     async with store._lock, store._transaction():
         before = taken.events
-        await _deliveries(store.db, store.path, latest, {}, taken, damaged, now)
+        added = await _deliveries(store.db, store.path, latest, {}, taken, damaged, now)
         taken.last_events, taken.events = taken.events - before, before
+        # Every canonical event has its outbox rows: these go out once more (replayed, same id).
+        names = [str(u[0]) for u in upstreams.values()]
+        await queue_outbox(store.db, names, [("transition", cid) for cid in added.new], now)
+        taken.outbox_rows += len(names) * len(added.new)
     return taken, len(device_state)
 
 
@@ -275,15 +280,24 @@ async def _known(db: aiosqlite.Connection, keys: list[Key]) -> dict[Key, int]:
     return out
 
 
+class _Mapping(dict[int, int]):
+    """Old canonical id -> new; `new` lists the canonical ids this call created."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.new: list[int] = []
+
+
 async def _deliveries(
     db: aiosqlite.Connection, path: str, events: Rows, arrivals: Rows, taken: _Taken, damaged: str, now: str
-) -> dict[int, int]:
+) -> _Mapping:
     """Record the salvaged events and identity-incomplete arrivals through the normal batch;
     old canonical id -> new canonical id (also for events the new store already holds)."""
     made = {cid: _event_delivery(row, damaged) for cid, row in sorted(events.items())}
     valid = {cid: d for cid, d in made.items() if d is not None and d.key is not None}
     known = await _known(db, [d.key for d in valid.values() if d.key is not None])
-    mapping = {cid: known[d.key] for cid, d in valid.items() if d.key in known}
+    mapping = _Mapping()
+    mapping.update({cid: known[d.key] for cid, d in valid.items() if d.key in known})
     items: list[Delivery] = []
     origin: list[tuple[str, int]] = []
     for cid, d in valid.items():
@@ -300,6 +314,7 @@ async def _deliveries(
     for i, ((what, old_id), oc) in enumerate(zip(origin, outcomes, strict=True)):
         if what == "event" and oc.canonical_id is not None:
             mapping[old_id] = oc.canonical_id
+            mapping.new.append(oc.canonical_id)
             taken.events += 1
         elif what == "arrival" and oc.decision is Decision.IDENTITY_INCOMPLETE:
             taken.arrivals[old_id] = marks.last_arrival_id + 1 + i
