@@ -67,7 +67,7 @@ class SalvageReport:
     """What a new store took from the damaged one, and what could not be read."""
 
     damaged_file: str
-    outbox_rows: int  # undelivered outbox rows taken over (one per record and upstream)
+    outbox_rows: int  # outbox rows in the new store: undelivered ones taken over + last events'
     events: int  # canonical events taken over with undelivered outbox rows
     last_events: int  # delivered events taken as the last one recorded per source and bootId (sent again)
     boots: int
@@ -83,10 +83,10 @@ class SalvageReport:
 
     def summary(self) -> str:
         text = (
-            f"salvaged {self.outbox_rows} undelivered outbox rows ({self.events} events, "
-            f"{self.anomalies} gaps/anomalies, {self.identity_incomplete} identity-incomplete), "
-            f"{self.boots} boots, {self.device_state} device states, "
-            f"{self.last_events} delivered last events per source and boot; "
+            f"salvaged {self.outbox_rows} outbox rows ({self.events} undelivered events, "
+            f"{self.anomalies} gaps/anomalies, {self.identity_incomplete} identity-incomplete, "
+            f"{self.last_events} delivered last events per source and boot, sent again), "
+            f"{self.boots} boots, {self.device_state} device states; "
             f"{self.unreadable_rows} rows could not be read; "
             f"{self.outbox_rows_lost} undelivered outbox rows could not be taken over"
         )
