@@ -76,7 +76,7 @@ def _salvage(snap: dict[str, Any]) -> Iterator[Metric]:
         (
             "edge_agent_salvaged_outbox_rows",
             "outbox_rows",
-            "Undelivered outbox rows taken from a damaged store",
+            "Outbox rows a salvage of a damaged store put in the new one",
         ),
         (
             "edge_agent_salvage_unreadable_rows",
