@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import pytest
 from agent.store.store import Store
 
 DATA = Path(__file__).parent / "data"
+# `check` reads the installed edge-agent.service by default: an installation on the machine
+# running the tests must not change what they see (tests that want a unit pass --unit).
+os.environ.setdefault("EDGE_AGENT_UNIT", "none")
 
 
 @pytest.fixture

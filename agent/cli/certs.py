@@ -4,9 +4,11 @@ The certificate is self-signed (RSA 2048, SHA-256, valid ``--days``), carries th
 URI as its URI subjectAltName (``urn:edge-agent:<gateway>`` by default; OPC UA servers refuse a
 client whose certificate URI differs from the one it announces) and the host name as a DNS
 name. The private key is created with mode 0600 from the start (never world-readable, not even
-for a moment) and is never overwritten without ``--force``. The command prints where both are
-and the thumbprint to give the PLC's administrator, who adds the certificate to the PLC's
-trust list.
+for a moment) and is never overwritten without ``--force``; the service reads it as a systemd
+credential (``LoadCredential=opcua-key.pem:...``), so it stays root's. The directory, the
+certificate and the ``trusted/`` directory beside them are created 0755/0644: the service's
+DynamicUser reads them directly. The command prints where everything is, the thumbprint to give
+the PLC's administrator (who adds the certificate to the PLC's trust list) and the config lines.
 
 Exit codes: 0 created; 1 a file exists (use --force); 78 no gateway name to make the URI from.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,8 @@ from agent.cli.context import EX_CONFIG, EX_FAILURE
 from agent.sources.opcua.trust import describe
 
 DEFAULT_DIR = "/etc/edge-agent/pki"
-CERT_NAME, KEY_NAME = "agent_cert.der", "agent_key.pem"
+CERT_NAME, KEY_NAME, TRUSTED_NAME = "agent_cert.der", "agent_key.pem", "trusted"
+KEY_CREDENTIAL = "opcua-key.pem"  # the name systemd/credentials.conf loads the key as
 
 
 def _gateway_from(config_path: str) -> str | None:
@@ -95,9 +99,10 @@ def make_certificate(uri: str, host: str, days: int, now: dt.datetime) -> tuple[
 
 def _write(path: Path, data: bytes, mode: int) -> None:
     """Write ``data`` to a new file created with ``mode`` (a new inode: an old, wider mode is not
-    inherited; the umask can only narrow it)."""
+    inherited; never wider than ``mode`` at any moment)."""
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    os.fchmod(fd, mode)  # exactly ``mode``: a umask of 077 would hide the certificate from the service
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
@@ -111,7 +116,8 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     default=DEFAULT_DIR,
     show_default=True,
     metavar="DIR",
-    help=f"Where to write {CERT_NAME} and {KEY_NAME} (created 0700 if missing).",
+    help=f"Where to write {CERT_NAME}, {KEY_NAME} and the {TRUSTED_NAME}/ directory "
+    "(created 0755 if missing).",
 )
 @click.option("--gateway", metavar="NAME", help="Gateway name for the URI (default: gateway: of the config).")
 @click.option("--uri", metavar="URI", help="Application URI (default: urn:edge-agent:<gateway>).")
@@ -153,12 +159,30 @@ def certs(
     if existing and not force:
         click.echo(f"edge-agent certs: {existing[0]} exists; --force replaces it", err=True)
         ctx.exit(EX_FAILURE)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    trusted = folder / TRUSTED_NAME
+    for d in (folder, trusted):
+        _make_dir(d)
     der, pem = make_certificate(uri, host or socket.gethostname(), days, dt.datetime.now(dt.UTC))
     _write(key_path, pem, 0o600)
     _write(cert_path, der, 0o644)  # public: the PLC's administrator needs a copy
     for line in _result_lines(cert_path, key_path, uri, der):
         click.echo(line)
+    for d in (folder, trusted):
+        if not d.stat().st_mode & stat.S_IXOTH:
+            click.echo(
+                f"edge-agent certs: warning: {d} is {stat.filemode(d.stat().st_mode)}: the service's "
+                f"DynamicUser cannot enter it; chmod 0755 {d}",
+                err=True,
+            )
+
+
+def _make_dir(path: Path) -> None:
+    """Create ``path`` (and its parents) 0755: the service's DynamicUser must read the certificates
+    in it. An existing directory keeps its mode (a warning says when the service cannot enter)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for d in reversed(missing):
+        d.mkdir(mode=0o755)
+        d.chmod(0o755)  # the umask may have narrowed it
 
 
 def _result_lines(cert_path: Path, key_path: Path, uri: str, der: bytes) -> list[str]:
@@ -173,9 +197,13 @@ def _result_lines(cert_path: Path, key_path: Path, uri: str, der: bytes) -> list
         f"SHA-256:         {info.sha256}",
         f"valid:           {info.not_before:%Y-%m-%d} to {info.not_after:%Y-%m-%d}",
         "",
+        f"trusted:         {cert_path.parent / TRUSTED_NAME}   (created; put the PLC's certificate here)",
+        "",
         "config (each OPC UA connection):",
         "  security:",
         f"    certificate: {cert_path}",
-        f"    private_key: {key_path}",
-        f"    trusted: {cert_path.parent / 'trusted'}      # the PLC's certificate goes here",
+        f'    private_key: "${{CREDENTIALS_DIRECTORY}}/{KEY_CREDENTIAL}"   # the key, as a credential',
+        f"    trusted: {cert_path.parent / TRUSTED_NAME}",
+        "unit (the service's DynamicUser cannot read the root-only key; systemd hands it a copy):",
+        f"  LoadCredential={KEY_CREDENTIAL}:{key_path}   (systemd/credentials.conf has this line)",
     ]

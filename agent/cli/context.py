@@ -26,15 +26,19 @@ from agent.store.store import Store
 EX_OK = 0
 EX_FAILURE = 1  # unexpected errors (click usage errors exit 2)
 EX_NOINPUT = 66  # a command that needs an existing store was pointed at none
-EX_UNAVAILABLE = 69  # `check --probe` could not read a device
+EX_UNAVAILABLE = 69  # `check --probe` could not read a device or reach an upstream
 EX_IOERR = 74  # the store cannot be read or written (disk full, unwritable, damaged)
+EX_NOPERM = 77  # the service's user cannot read a file it needs: the unit does not restart on 77
 EX_CONFIG = 78  # configuration error: the systemd unit does not restart on 78
 EX_PIPE = 141  # stdout's reader went away (`| head`): 128 + SIGPIPE, as the shell sees `head`'s producers
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 unexpected error, 2 usage, 66 no store at the path, 69 a device could not be "
-    "read, 74 the store could not be read or written, 78 configuration error, 141 the reader of the "
-    "output went away (e.g. `| head`): the command stopped writing quietly and closed the store."
+    "Exit codes: 0 ok, 1 unexpected error (certs: a file exists), 2 usage, 66 no store at the path, "
+    "69 `check --probe` could not read a device (or one of its nodes or registers) or reach an "
+    "upstream, 74 the store could not be read or written, 77 the service's user cannot read a file "
+    "it needs (or write the store's directory), 78 configuration error, 141 the reader of the output "
+    "went away (e.g. `| head`): the command stopped writing quietly and closed the store. "
+    "The unit does not restart on 77 or 78."
 )
 
 T = TypeVar("T")

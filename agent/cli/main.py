@@ -19,6 +19,7 @@ from agent.cli.demo import demo_cmd, simulate_cmd
 from agent.cli.outbox import outbox_cmd, replay_cmd
 from agent.cli.prune import prune_cmd
 from agent.cli.records import boots_cmd, import_cmd, pending_cmd, report_cmd
+from agent.cli.review import review_cmd
 from agent.cli.service import run_cmd, status_cmd
 from agent.config.store import DEFAULT_CONFIG
 from agent.config.units import parse_size
@@ -29,6 +30,7 @@ COMMANDS = (
     report_cmd,
     pending_cmd,
     boots_cmd,
+    review_cmd,
     outbox_cmd,
     replay_cmd,
     prune_cmd,

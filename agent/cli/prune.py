@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
+from agent.cli import progress
 from agent.cli.context import Context, run_async
 from agent.config.retention import RetentionSettings, check_order, horizon
 from agent.config.store import store_retention
@@ -52,6 +54,12 @@ _options = [
         "--keys", metavar="AGE", help="Identity-key horizon, e.g. 400d: longer than any replay delay."
     ),
     click.option("--now", "now_text", metavar="TIME", help="Prune as of this RFC 3339 time (default: now)."),
+    click.option(
+        "--progress/--no-progress",
+        "show_progress",
+        default=None,
+        help="A progress bar on stderr (default: when stderr is a terminal, and not with --json).",
+    ),
 ]
 
 
@@ -72,6 +80,7 @@ def prune_cmd(
     payloads: str | None,
     keys: str | None,
     now_text: str | None,
+    show_progress: bool | None,
 ) -> None:
     """Apply retention now: delivered data past its horizon goes, space is given back.
 
@@ -96,8 +105,12 @@ def prune_cmd(
                 out["stages"] = {k: v.as_dict() for k, v in (await reader.prune_plan(settings, now)).items()}
                 facts = await reader.measure(now, obj.max_bytes())
         else:
+            bars = StageBars(progress.wanted(show_progress, as_json, sys.stderr))
             async with await obj.open_existing_store() as store:
-                out["pruned"] = _totals(await prune(store, settings, now))
+                try:
+                    out["pruned"] = _totals(await prune(store, settings, now, bars))
+                finally:
+                    bars.finish()
                 facts = await budget.measure(store, now, obj.max_bytes())
         out["size"] = dataclasses.asdict(budget.assess(facts, settings.high_water, settings.payloads.days))
         return out
@@ -107,6 +120,29 @@ def prune_cmd(
         click.echo(json.dumps(out))
         return
     _print(out)
+
+
+class StageBars:
+    """One progress bar per prune stage, on stderr; the callback `prune` is given."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: progress.Progress | None = None
+        self.stage = ""
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if stage != self.stage or self.bar is None:
+            self.finish()
+            self.stage = stage
+            self.bar = progress.Progress(f"prune {stage}", total, True, sys.stderr, unit="ids")
+        self.bar(done, done)
+
+    def finish(self) -> None:
+        if self.bar is not None:
+            self.bar.finish()
+            self.bar = None
 
 
 def _totals(t: PruneTotals) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import sys
-import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from pathlib import Path
@@ -17,36 +16,14 @@ from typing import Any
 
 import click
 
-from agent.cli import render
+from agent.cli import progress, render
 from agent.cli.context import Context, run_async
 from agent.core.decide import Outcome
+from agent.core.wording import counted
 from agent.sources.importer import read_batches
 from agent.store import report
 from agent.store.reader import Reader
 from agent.store.store import Store
-
-
-class Progress:
-    """A progress line on stderr for imports that take more than a moment (never on stdout)."""
-
-    def __init__(self, total_bytes: int, enabled: bool) -> None:
-        self.total = max(total_bytes, 1)
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.shown = False
-
-    def __call__(self, done_bytes: int, lines: int) -> None:
-        elapsed = time.monotonic() - self.start
-        if not self.enabled or elapsed < 1.0:
-            return
-        rate = lines / elapsed if elapsed > 0 else 0.0
-        pct = 100.0 * done_bytes / self.total
-        click.echo(f"\rimport: {pct:5.1f}%  {lines} lines  {rate:,.0f} lines/s ", err=True, nl=False)
-        self.shown = True
-
-    def finish(self) -> None:
-        if self.shown:
-            click.echo("", err=True)
 
 
 class ImportTally:
@@ -92,7 +69,7 @@ def _json_results(lines: list[int], outcomes: list[Outcome]) -> str:
 
 
 async def import_into(
-    store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: Progress
+    store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: progress.Progress
 ) -> None:
     """Record the file batch by batch; a batch's results are printed only after its commit."""
     for batch in read_batches(file, receiver=receiver):
@@ -111,14 +88,17 @@ async def import_into(
 )
 @click.option(
     "--progress/--no-progress",
+    "show_progress",
     default=None,
-    help="Progress on stderr (default: when stderr is a terminal).",
+    help="A progress bar on stderr (default: when stderr is a terminal, and not with --json).",
 )
 @click.option(
     "--receiver", metavar="NAME", help="Receiver recorded as evidence (default: import:<file name>)."
 )
 @click.pass_obj
-def import_cmd(obj: Context, file: str, as_json: bool, progress: bool | None, receiver: str | None) -> None:
+def import_cmd(
+    obj: Context, file: str, as_json: bool, show_progress: bool | None, receiver: str | None
+) -> None:
     """Ingest FILE (JSON Lines, one delivery per line) into the store.
 
     \b
@@ -132,8 +112,8 @@ def import_cmd(obj: Context, file: str, as_json: bool, progress: bool | None, re
     "reason", "flags"} is printed only after that line is committed. Exits 0
     when every line was stored, 74 when the store could not be written.
     """
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = Progress(Path(file).stat().st_size, show)
+    show = progress.wanted(show_progress, as_json, sys.stderr)
+    bar = progress.Progress("import", Path(file).stat().st_size, show, sys.stderr)
     tally = ImportTally()
 
     async def go() -> None:
@@ -243,6 +223,9 @@ async def print_tables(reader: Reader, sort: str, limit: int | None) -> None:
     click.echo("")
     evs = await _collect(reader.events(sort), limit)
     _echo_table(f"canonical events (sorted by {sort}):", evs, render.EVENT_COLUMNS)
+    if evs:
+        for line in render.wrapped("note", render.REPEATS_NOTE, indent=0):
+            click.echo(line)
     if limit is not None and summary["source_events"] > len(evs):
         click.echo(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
     bts = await _collect(reader.boots(), limit)
@@ -252,10 +235,12 @@ async def print_tables(reader: Reader, sort: str, limit: int | None) -> None:
         recs = await _collect(reader.anomalies(gaps=gaps), limit)
         if recs:
             _echo_table(f"\n{title}:", recs, render.ANOMALY_COLUMNS)
+    if summary["conflicts"]:
+        n = counted(summary["conflicts"], "conflict")
+        click.echo(f"\n{n}: `edge-agent review conflicts` shows both payloads side by side.")
     if summary["identity_incomplete"]:
-        click.echo(
-            f"\n{summary['identity_incomplete']} identity-incomplete arrivals wait in `edge-agent pending`."
-        )
+        n = counted(summary["identity_incomplete"], "identity-incomplete arrival")
+        click.echo(f"\n{n} waiting for a person: `edge-agent review pending` shows their raw evidence.")
     if summary["rejected"]:
         click.echo(
             f"{summary['rejected']} rejected lines: `edge-agent report --json` lists them with reasons."

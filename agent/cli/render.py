@@ -1,10 +1,28 @@
-"""Text tables for people. Pure: rows in, lines out (the CLI prints them)."""
+"""Text for people: tables, wrapped causes, escaped evidence. Rows in, lines out (the CLI prints
+them); the only thing read from outside is the terminal's width, for wrapping."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with control characters written as escapes (`\\x1b`, `\\n`): stored evidence can hold
+    any character, and a terminal must never receive one raw (an ESC would restyle it)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch
+        if ch.isprintable() or ch == " "
+        else _ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        for ch in text
+    )
 
 
 def cell(value: Any, width: int | None = None) -> str:
@@ -18,7 +36,7 @@ def cell(value: Any, width: int | None = None) -> str:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     else:
         text = str(value)
-    text = text.replace("\n", "\\n")
+    text = printable(text)
     if width is not None and len(text) > width:
         text = text[: max(1, width - 1)] + "…"
     return text
@@ -38,11 +56,29 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], max_width: int 
     return lines
 
 
+def width() -> int:
+    """Columns to wrap long text at: the terminal's, or 100 when output is not a terminal."""
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def wrapped(label: str, text: str, indent: int = 2, columns: int | None = None) -> list[str]:
+    """`label: text` in full, wrapped to `columns` (the label on a line of its own when it is
+    long); continuation lines indented under it. For error causes, which a table would cut."""
+    columns = columns or width()
+    lead = " " * indent + f"{label}:"
+    body = printable(str(text))
+    more = " " * (indent + 4)
+    if len(lead) > columns // 3:
+        return [lead, *textwrap.wrap(body, columns, initial_indent=more, subsequent_indent=more)]
+    return textwrap.wrap(body, columns, initial_indent=lead + " ", subsequent_indent=more) or [lead]
+
+
 def summary_lines(summary: dict[str, int]) -> list[str]:
     s = summary
     return [
         f"source events (canonical): {s['source_events']}",
-        f"arrivals:                  {s['arrivals']}  (inserted {s['inserted']}, duplicate {s['duplicates']},"
+        f"arrivals:                  {s['arrivals']}  (inserted {s['inserted']}, duplicate {s['duplicates']}"
+        " (same content),"
         f" conflict {s['conflicts']}, identity_incomplete {s['identity_incomplete']},"
         f" rejected {s['rejected']})",
         f"boots observed:            {s['boots']}",
@@ -56,13 +92,21 @@ EVENT_COLUMNS = (
     ("source", "source"),
     ("transitionId", "transitionId"),
     ("bootId", "bootId"),
+    ("basis", "identity_basis"),
     ("sourceTimestamp", "sourceTimestamp"),
     ("first arrivalAt", "first_arrival"),
     ("last arrivalAt", "last_arrival"),
     ("status", "status"),
-    ("dup", "duplicate_count"),
-    ("conf", "conflict_count"),
+    ("repeats", "duplicate_count"),
+    ("conflicts", "conflict_count"),
     ("payload", "payload"),
+)
+
+# Under the events table: its `repeats` are not the summary's `duplicate` arrivals (contract §2).
+REPEATS_NOTE = (
+    "repeats: every later arrival of the event's key, conflicts included (duplicate_count);"
+    " conflicts: those with other content. The summary's `duplicate` counts same-content arrivals"
+    " only, so the columns need not add up to it."
 )
 
 ARRIVAL_COLUMNS = (
@@ -71,6 +115,7 @@ ARRIVAL_COLUMNS = (
     ("source", "source"),
     ("transitionId", "transitionId"),
     ("bootId", "bootId"),
+    ("basis", "identity_basis"),
     ("sourceTimestamp", "sourceTimestamp"),
     ("arrivalAt", "arrivalAt"),
     ("receiver", "receiver"),

@@ -8,10 +8,11 @@ connection uses the keys of its own protocol.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agent.config.fields import _check_modbus_reads, _counter, _FieldReader
+from agent.config.paths import read_path
 from agent.config.sources import (
     DEPRECATED_POLICIES,
     MAX_MESSAGE_SIZE,
@@ -45,6 +46,15 @@ from agent.config.yaml_lines import (
 # --- devices ---------------------------------------------------------------------------------
 
 
+def _namespace_uri(v: Any) -> str:
+    if v == "" or (isinstance(v, str) and not v.strip()):
+        raise ValueError(
+            "is empty: give the namespace URI the server serves (e.g. urn:edge-agent:sim), or leave "
+            "namespace out when the node ids carry their index (ns=2;s=...)"
+        )
+    return _text(v)
+
+
 def _device(s: _Section, ctx: _Ctx) -> Device:
     name = s.get("name", _device_name, "?", required=True)
     connections = _connections(s)
@@ -68,7 +78,7 @@ def _device(s: _Section, ctx: _Ctx) -> Device:
         boot_id=boot,
         ring=ring,
         events=events,
-        namespace=s.get("namespace", _text, None),
+        namespace=s.get("namespace", _namespace_uri, None),
         word_order=word_order,
         backoff_initial=initial,
         backoff_max=maximum,
@@ -140,28 +150,15 @@ def _modbus_rtu(s: _Section) -> ModbusRtu:
     )
 
 
-def _existing_file(v: Any) -> str:
-    text = _text(v)
-    if not Path(text).is_file():
-        raise ValueError(f"file {text} does not exist")
-    return text
-
-
-def _existing_dir(v: Any) -> str:
-    text = _text(v)
-    if not Path(text).is_dir():
-        raise ValueError(f"directory {text} does not exist")
-    return text
-
-
 def _opcua(s: _Section) -> OpcUa:
     endpoint = s.get("endpoint", _text, "", required=True)
     if endpoint and not endpoint.startswith("opc.tcp://"):
         s.problem("endpoint", f"{endpoint!r} must start with opc.tcp://")
+    elif "@" in urlsplit(endpoint).netloc:
+        s.problem("endpoint", "must not carry a user or password; use username and password_file")
     security = _opcua_security(s)
-    file_ = _existing_file if s.ctx.check_files else _text
     username = s.get("username", _text, None)
-    password_file = s.get("password_file", file_, None)
+    password_file = read_path(s, "password_file", "file", secret=True)
     if password_file and not username:
         s.problem("password_file", "needs a username")
     if password_file and security.insecure:
@@ -215,15 +212,13 @@ def _opcua_security(s: _Section) -> OpcUaSecurity:
             sec.problem("mode", "must be left out with policy None (there is nothing to sign)")
         sec.finish(extra=("mode",))
         return OpcUaSecurity(policy="None", mode="None")
-    file_ = _existing_file if s.ctx.check_files else _text
-    dir_ = _existing_dir if s.ctx.check_files else _text
     out = OpcUaSecurity(
         policy=policy,
         mode=sec.get("mode", _one_of("Sign", "SignAndEncrypt"), "SignAndEncrypt"),
-        certificate=sec.get("certificate", file_, None),
-        private_key=sec.get("private_key", file_, None),
-        server_certificate=sec.get("server_certificate", file_, None),
-        trusted=sec.get("trusted", dir_, None),
+        certificate=read_path(sec, "certificate", "file"),
+        private_key=read_path(sec, "private_key", "file", secret=True),
+        server_certificate=read_path(sec, "server_certificate", "file"),
+        trusted=read_path(sec, "trusted", "dir"),
         application_uri=sec.get("application_uri", _text, ""),
     )
     sec.finish()
@@ -264,7 +259,10 @@ def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
         s.ctx.problem(s.line, s.path, "needs at least one channel")
     for name in list(s.data):
         c = s.sub(str(name))
-        tid = _counter(c, "transition_id", fields.read(c.sub("transition_id")))
+        window = _window(c)
+        tid = (
+            None if window is not None else _counter(c, "transition_id", fields.read(c.sub("transition_id")))
+        )
         state = fields.read(c.sub("state"))
         ts_raw = c.raw("source_timestamp")
         ts, from_state = None, False
@@ -285,12 +283,50 @@ def _channels(s: _Section, fields: _FieldReader) -> tuple[Channel, ...]:
                     lat.problem("state", "'state' is the channel's state; name the latched field otherwise")
                 latched[str(lname)] = fields.read(lat.sub(str(lname)))
             lat.finish()
-        for key in ("transition_id", "state"):
-            if not c.has(key):
-                c.ctx.problem(c.line, c.key_path(key), "missing")
+        if not c.has("state"):
+            c.ctx.problem(c.line, c.key_path("state"), "missing")
         c.finish()
-        out.append(Channel(str(name), tid, state, ts, from_state, latched))
+        out.append(
+            Channel(str(name), tid, state, ts, from_state, latched, window, c.path, c.key_line("window"))
+        )
     return tuple(out)
+
+
+WINDOW_DOCS = "docs/window-keys.md"
+
+
+def _window(c: _Section) -> float | None:
+    """The channel's window (seconds) when it opted in with ``identity: window``, else None.
+
+    A channel without a counter is refused unless it opts in (contract section 8): a window key
+    merges two real changes inside one window, so it is never a silent default.
+    """
+    identity = c.get("identity", _one_of("counter", "window"), "counter")
+    window = c.get("window", _positive_duration, None)
+    if identity != "window":
+        if c.has("window"):
+            c.problem("window", "needs identity: window (a channel with a counter keys on its counter)")
+        if not c.has("transition_id"):
+            c.ctx.problem(
+                c.line,
+                c.key_path("transition_id"),
+                "missing: an event channel needs the controller's transition counter; a channel "
+                "without one may opt in to window keys with identity: window and a window "
+                f"duration (see {WINDOW_DOCS})",
+            )
+        return None
+    if c.has("transition_id"):
+        c.problem(
+            "transition_id", "a window channel has no counter: leave out transition_id or identity: window"
+        )
+        c.used.add("transition_id")
+    if window is None and not c.has("window"):
+        c.problem(
+            "window", f"missing: identity: window needs a window duration, e.g. 60s (see {WINDOW_DOCS})"
+        )
+    elif window is not None and window < 0.001:
+        c.problem("window", "must be at least 1ms (the unit of the window index)")
+    return window if window is not None else 60.0
 
 
 def _ring(s: _Section, fields: _FieldReader, modbus: bool) -> Ring:

@@ -28,7 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent.config.advice import metrics_warnings
 from agent.config.devices import _device
+from agent.config.identity import horizon_problems, window_warnings
+from agent.config.paths import FileUse, PathEnv, read_path
 from agent.config.retention import RetentionSettings, read_retention
 from agent.config.sources import (
     Channel,
@@ -62,6 +65,8 @@ from agent.config.yaml_lines import (
 from agent.core.contract import check_site
 
 T = TypeVar("T")
+PATH_KEYS = frozenset({"ca_file", "cert_file", "key_file", "password_file", "token_file"})
+SECRET_KEYS = frozenset({"key_file", "password_file", "token_file"})
 
 # --- the typed configuration ---------------------------------------------------------------
 
@@ -99,6 +104,7 @@ class StoreConfig:
 class Metrics:
     listen: str | None = None
     path: str | None = None
+    reason: str | None = None  # why it listens beyond loopback (silences the warning)
 
 
 @dataclass(frozen=True)
@@ -110,23 +116,28 @@ class Config:
     upstreams: tuple[Upstream, ...] = ()
     metrics: Metrics | None = None
     file: str = ""
+    warnings: tuple[str, ...] = ()  # `check` and `run` say them; nothing fails
+    files: tuple[FileUse, ...] = ()  # every file and directory the settings name (agent.config.paths)
 
 
 # --- the loader ------------------------------------------------------------------------------
 
 
-def load(path: str | Path, *, check_files: bool = True) -> Config:
+def load(path: str | Path, *, check_files: bool = True, paths: PathEnv | None = None) -> Config:
     """Read, check and compile the configuration at ``path`` (plus its ``devices.d``).
 
     ``check_files=False`` skips the existence check of certificate and password files (to
-    validate a config written for another machine, e.g. ``config.example.yaml``).
+    validate a config written for another machine, e.g. ``config.example.yaml``). ``paths``
+    says what ``${VAR}`` references in file paths expand to (default: this process's
+    environment; `check` adds the unit's credentials).
     """
     main = Path(path)
     problems: list[Problem] = []
     doc = _read_yaml(main, str(main), problems)
     if problems:
         raise ConfigProblems(problems)
-    ctx = _Ctx(str(main), problems, check_files)
+    ctx = _Ctx(str(main), problems, check_files, paths)
+    ctx.files.append(FileUse(str(main), 1, "(the configuration)", str(main), "file", False))
     top = _Section(ctx, doc if doc is not None else _Map(), "", 1)
     site = top.get("site", lambda v: check_site(_text(v)), "", required=True)
     gateway = top.get("gateway", _text, "", required=True)
@@ -137,14 +148,18 @@ def load(path: str | Path, *, check_files: bool = True) -> Config:
         _device(_Section(ctx, entry, f"devices[{i}]", top.key_line("devices")), ctx)
         for i, entry in enumerate(top.get("devices", _list, _empty()))
     ]
-    devices += _devices_dir(top, main, problems, check_files)
+    devices += _devices_dir(top, main, ctx)
     top.finish()
     _check_names(devices, problems)
+    problems += horizon_problems(devices, store.retention)
     if not devices and not problems:
         problems.append(Problem(str(main), top.line, "devices", "no devices configured"))
     if problems:
         raise ConfigProblems(problems)
-    return Config(site, gateway, store, tuple(devices), upstreams, metrics, str(main))
+    warnings = window_warnings(devices) + tuple(metrics_warnings(metrics, str(main)))
+    return Config(
+        site, gateway, store, tuple(devices), upstreams, metrics, str(main), warnings, tuple(ctx.files)
+    )
 
 
 def _check_names(devices: list[Device], problems: list[Problem]) -> None:
@@ -158,7 +173,7 @@ def _check_names(devices: list[Device], problems: list[Problem]) -> None:
         seen[d.name] = d
 
 
-def _devices_dir(top: _Section, main: Path, problems: list[Problem], check_files: bool) -> list[Device]:
+def _devices_dir(top: _Section, main: Path, main_ctx: _Ctx) -> list[Device]:
     given = top.get("devices_dir", _text, "")
     folder = (main.parent / given) if given else main.parent / "devices.d"
     if not folder.is_dir():
@@ -166,12 +181,16 @@ def _devices_dir(top: _Section, main: Path, problems: list[Problem], check_files
             top.problem("devices_dir", f"{folder} is not a directory")
         return []
     out: list[Device] = []
+    main_ctx.files.append(
+        FileUse(main_ctx.file, top.key_line("devices_dir"), "devices_dir", str(folder), "dir", False)
+    )
     for file in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         shown = str(file)
-        doc = _read_yaml(file, shown, problems)
+        main_ctx.files.append(FileUse(shown, 1, "(a device file)", shown, "file", False))
+        doc = _read_yaml(file, shown, main_ctx.problems)
         if doc is None:
             continue
-        ctx = _Ctx(shown, problems, check_files)
+        ctx = _Ctx(shown, main_ctx.problems, main_ctx.check_files, main_ctx.paths, main_ctx.files)
         # A file holds one device, or a `devices:` list (the simulator's snippet pasted as is).
         entries = doc.get("devices") if isinstance(doc, dict) and "devices" in doc else [doc]
         if not isinstance(entries, list):
@@ -196,7 +215,11 @@ def _store(s: _Section) -> StoreConfig:
 
 
 def _metrics(s: _Section) -> Metrics:
-    out = Metrics(listen=s.get("listen", _text, None), path=s.get("path", _text, None))
+    out = Metrics(
+        listen=s.get("listen", _text, None),
+        path=s.get("path", _text, None),
+        reason=s.get("reason", _text, None),
+    )
     s.finish()
     return out
 
@@ -240,6 +263,8 @@ def _dataclass_from(s: _Section, cls: type[T], fixed: dict[str, Any]) -> T | Non
             b.finish()
         elif f"{k}_s" in names:
             kwargs[f"{k}_s"] = s.get(k, _positive_duration, names[f"{k}_s"].default)
+        elif k in PATH_KEYS and k in names:
+            kwargs[k] = read_path(s, k, "file", secret=k in SECRET_KEYS)
         elif k in names:
             _plain_value(s, k, str(names[k].type), kwargs)
     s.finish()

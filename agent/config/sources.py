@@ -44,14 +44,26 @@ class Field:
 @dataclass(frozen=True)
 class Channel:
     """One event channel. ``source_timestamp`` None with ``time_from_state`` True means the OPC UA
-    state node's ``DataValue.SourceTimestamp`` (``source_timestamp: source``)."""
+    state node's ``DataValue.SourceTimestamp`` (``source_timestamp: source``).
+
+    ``transition_id`` None: a channel without a counter that opted in to window keys
+    (``identity: window``, ``window`` in seconds; docs/window-keys.md). ``path`` and ``line``
+    name the channel's ``window`` key in the config, for the checks made across sections."""
 
     name: str
-    transition_id: Field
+    transition_id: Field | None
     state: Field
     source_timestamp: Field | None = None
     time_from_state: bool = False
     latched: Mapping[str, Field] = field(default_factory=dict)
+    window: float | None = None
+    path: str = ""
+    line: int = 0
+
+    @property
+    def window_ms(self) -> int | None:
+        """The window in whole milliseconds (the unit of the key's window index), or None."""
+        return None if self.window is None else max(1, round(self.window * 1000))
 
 
 @dataclass(frozen=True)

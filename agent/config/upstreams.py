@@ -19,11 +19,11 @@ upstreams:
       protocol: "3.1.1"              # or "5" (PUBACK reason codes >= 0x80 are rejections)
       ca_file: /etc/edge-agent/ca.crt
       username: gw-line3
-      password_file: /run/credentials/edge-agent.service/mqtt-password
+      password_file: "${CREDENTIALS_DIRECTORY}/mqtt-password"   # expanded: agent.config.paths
   - name: historian
     http:
       url: "https://historian.plant.local/ingest"
-      token_file: /run/credentials/edge-agent.service/historian-token
+      token_file: "${CREDENTIALS_DIRECTORY}/historian-token"
       batch_size: 500
 ```
 

@@ -11,13 +11,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
 from agent.config.units import parse_duration
 from agent.core.contract import ContractError
 from agent.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agent.config.paths import FileUse, PathEnv
 
 # --- errors --------------------------------------------------------------------------------
 
@@ -102,7 +105,9 @@ def _read_yaml(path: Path, shown: str, problems: list[Problem]) -> Any:
         loader.duplicates = []
         doc = loader.get_single_data()
     except yaml.YAMLError as exc:
-        problems.append(Problem(shown, _yaml_line(exc, text), "", f"not valid YAML: {_yaml_problem(exc)}"))
+        line = _yaml_line(exc, text)
+        hint = _quote_hint(text, line)
+        problems.append(Problem(shown, line, "", f"not valid YAML: {_yaml_problem(exc)}{hint}"))
         return None
     except RecursionError:
         problems.append(Problem(shown, 0, "", "not valid YAML: nested too deeply"))
@@ -121,6 +126,15 @@ def _yaml_line(exc: yaml.YAMLError, text: str) -> int:
         return int(mark.line) + 1
     position = getattr(exc, "position", None)  # a ReaderError (unprintable character) has only this
     return text[: int(position)].count("\n") + 1 if isinstance(position, int) else 0
+
+
+def _quote_hint(text: str, line: int) -> str:
+    """A ``${VAR}`` unquoted inside ``{...}`` breaks YAML: say to quote it."""
+    lines = text.splitlines()
+    nearby = lines[max(0, line - 2) : line]
+    if any("${" in x for x in nearby):
+        return ' (quote a value with ${...} in it: "${CREDENTIALS_DIRECTORY}/name")'
+    return ""
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -188,8 +202,17 @@ class _Section:
 
 
 class _Ctx:
-    def __init__(self, file: str, problems: list[Problem], check_files: bool = True) -> None:
+    def __init__(
+        self,
+        file: str,
+        problems: list[Problem],
+        check_files: bool = True,
+        paths: PathEnv | None = None,
+        files: list[FileUse] | None = None,
+    ) -> None:
         self.file, self.problems, self.check_files = file, problems, check_files
+        self.paths = paths  # None: the process's environment, no unit (agent.config.paths)
+        self.files: list[FileUse] = [] if files is None else files  # every path read, in order
 
     def problem(self, line: int, key: str, message: str) -> None:
         self.problems.append(Problem(self.file, line, key, message))
@@ -204,7 +227,9 @@ def _kind(v: Any) -> str:
 def _text(v: Any) -> str:
     if isinstance(v, bool):
         raise ValueError("must be text, not true/false (YAML reads On, Off, Yes and No as those: quote them)")
-    if not isinstance(v, str | int) or v == "":
+    if v == "":
+        raise ValueError("is empty: give a value, or leave the key out where it may be left out")
+    if not isinstance(v, str | int):
         raise ValueError(f"must be text, not {_kind(v)}")
     return str(v)
 

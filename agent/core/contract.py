@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
+from agent.core.basis import IdentityBasis
 from agent.core.jcs import canonical_json
 
 
@@ -68,7 +69,8 @@ class Delivery:
     missing). `live` is False for entries read from a device's ring buffer
     (buffered data); it only matters for BootObserved's `previous_bootId`.
     `source`, `transition_id` and `boot_id` keep whatever parts were present,
-    as evidence, also when the key is incomplete.
+    as evidence, also when the key is incomplete. `basis` says where the
+    transitionId came from (`agent.core.basis`): never part of the identity.
     """
 
     source: str | None
@@ -85,6 +87,7 @@ class Delivery:
     missing: tuple[str, ...] = ()
     evidence: dict[str, Any] = field(default_factory=dict)
     payload_json: str = ""
+    basis: str = IdentityBasis.COUNTER
     key: Key | None = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -18,14 +18,18 @@ forgotten at the key horizon is not known any more; a new key that may be one
 of them (its (source, bootId) had keys forgotten and its sourceTimestamp is
 missing or not after the latest forgotten arrival) is `inserted` with the flag
 `key_horizon_passed`, so that it is not silently accepted as new.
+
+A delivery whose transitionId is a window key (`agent.core.window`) carries the flag
+`window_key` on its outcome, whatever the decision (contract section 8).
 """
 
 from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agent.core.basis import basis_flags
 from agent.core.contract import Decision, Delivery, Key, Rejection
 from agent.core.intake import incomplete_reason
 from agent.core.jcs import canonical_json
@@ -88,20 +92,20 @@ def classify(
             continue
         key = item.key
         if key is None:
-            outcomes.append(
-                Outcome(Decision.IDENTITY_INCOMPLETE, None, None, incomplete_reason(item.missing))
-            )
-            continue
-        cid, canonical_hash = canonical[key]
-        first_of_new = cid > max_id_before and key not in seen_in_batch
-        seen_in_batch.add(key)
-        if first_of_new:
-            outcomes.append(_inserted(item, key, cid, forgotten))
-            continue
-        upd = updates.get(cid)
-        if upd is None:
-            upd = updates[cid] = EventUpdate(cid)
-        outcomes.append(_repeated(item, cid, canonical_hash, upd, cid in pruned))
+            oc = Outcome(Decision.IDENTITY_INCOMPLETE, None, None, incomplete_reason(item.missing))
+        else:
+            cid, canonical_hash = canonical[key]
+            first_of_new = cid > max_id_before and key not in seen_in_batch
+            seen_in_batch.add(key)
+            if first_of_new:
+                oc = _inserted(item, key, cid, forgotten)
+            else:
+                upd = updates.get(cid)
+                if upd is None:
+                    upd = updates[cid] = EventUpdate(cid)
+                oc = _repeated(item, cid, canonical_hash, upd, cid in pruned)
+        extra = basis_flags(item.basis)
+        outcomes.append(replace(oc, flags=oc.flags + extra) if extra else oc)
     return outcomes, list(updates.values())
 
 

@@ -16,7 +16,7 @@ KINDS = ("transition", "boot_observed", "gap", "anomaly", "identity_incomplete")
 
 @dataclass(frozen=True, slots=True)
 class Transition:
-    """A canonical event (`events` row)."""
+    """A canonical event (`events` row). `basis` is its identity basis (`agent.core.basis`)."""
 
     canonical_id: int
     source: str
@@ -25,6 +25,7 @@ class Transition:
     source_ts: str | None
     payload_json: str
     first_arrival: str
+    basis: str = "counter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class IdentityIncomplete:
     arrival_at: str
     receiver: str
     raw: str
+    basis: str = "counter"
 
 
 Record = Transition | BootObserved | ChannelAnomaly | IdentityIncomplete

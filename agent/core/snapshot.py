@@ -14,13 +14,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from agent.core.basis import IdentityBasis
 from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash
 from agent.core.decide import BootSighting
 
 
 @dataclass(frozen=True, slots=True)
 class ChannelRead:
-    """One channel as read. ``transition_id`` None with ``error`` set: the read of it failed."""
+    """One channel as read. ``transition_id`` None with ``error`` set: the read of it failed.
+
+    ``window_ms`` is set for a channel without a counter that opted in to window keys
+    (``identity: window``); its ``transition_id`` is None and the tracker makes the key
+    (:mod:`agent.core.window`) from the state when it changes.
+    """
 
     channel: str
     transition_id: int | None
@@ -30,6 +36,7 @@ class ChannelRead:
     bits: int = 32
     error: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+    window_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +134,7 @@ def make_delivery(
     *,
     device: str,
     channel: str,
-    transition_id: int,
+    transition_id: int | str,
     boot_id: str | None,
     state: Any,
     source_timestamp: str | None,
@@ -136,6 +143,7 @@ def make_delivery(
     receiver: str,
     live: bool,
     raw: Mapping[str, Any],
+    basis: str = IdentityBasis.COUNTER,
 ) -> Delivery:
     """A poller's delivery: payload is exactly ``{"state": ...}`` plus latched fields (contract 1)."""
     payload = {**latched, "state": state}
@@ -152,6 +160,7 @@ def make_delivery(
         live=live,
         missing=() if boot_id else ("bootId",),
         evidence=_plain(raw),
+        basis=basis,
     )
 
 

@@ -24,6 +24,8 @@ not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core
 * **Ring entries** are delivered (``live=False``) with the boot id each entry carries, however
   late; entries already delivered by this tracker (live or from the ring) are not repeated,
   so a transition read live and again in the ring is one arrival per path.
+* **Window channels** (no counter, ``identity: window``) are delivered when their state
+  changes, with a window key (:class:`agent.core.window.WindowChanges`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from agent.core.snapshot import (
     is_wrap,
     make_delivery,
 )
+from agent.core.window import WindowChanges
 
 U32 = 2**32
 Range = tuple[int, int]
@@ -80,6 +83,7 @@ class DeviceTracker:
         self.last_start_time: str | None = None
         self.ring_due = True
         self._delivered: OrderedDict[DeliveredKey, None] = OrderedDict()
+        self.windows = WindowChanges(device)
 
     def reconnected(self) -> None:
         """Call after every (re)connect: the next snapshot reads the ring (the outage may hide entries)."""
@@ -188,6 +192,10 @@ class DeviceTracker:
         missing: dict[str, list[Range]] = {}
         anomalies: list[Anomaly] = []
         for ch in snap.channels:
+            if ch.window_ms is not None:  # no counter: a window key when the state changes
+                if (window_delivery := self.windows.observe(snap, ch)) is not None:
+                    out.append(window_delivery)
+                continue
             tid = ch.transition_id
             if tid is None:
                 continue

@@ -19,7 +19,7 @@ from typing import Any
 from agent.core.decide import Outcome
 from agent.core.errors import StoreError
 from agent.core.live import ServiceLive
-from agent.service import sdnotify
+from agent.service import process, sdnotify
 from agent.service.forwarder import Forwarder
 from agent.service.recorder import Recorder
 from agent.store.store import Store
@@ -40,6 +40,7 @@ class StatusWriter:
         self.collector: Any = None  # agent.service.metrics.SnapshotCollector when metrics are on
         self._outbox_counts: list[dict[str, Any]] = []
         self._counts_at = 0.0
+        self.process = process.mark()  # which process this is, so `status` knows when it is gone
 
     def count(self, outcomes: Sequence[Outcome]) -> None:
         """Count the decisions of one committed batch (arrivals by kind, for metrics)."""
@@ -67,7 +68,7 @@ class StatusWriter:
             "backlog": recorder.backlog,
             "store_problem": recorder.store_problem,
         }
-        snapshot = self.live.snapshot()
+        snapshot = {**self.live.snapshot(), "process": self.process}
         try:
             await store.write_live_state("service", self.now(), json.dumps(snapshot))
         except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly

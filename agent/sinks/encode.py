@@ -3,7 +3,11 @@ No I/O and no identity of its own: `source` and `id` come from the contract, unc
 
 Identity upstream is the pair (`source`, `id`), fixed by the contract and
 never touched by anything of this delivery: `attempt`, `replayed`,
-`gateway` and `arrivalat` are extension attributes, evidence only.
+`gateway` and `arrivalat` are extension attributes, evidence only. So is
+`identitybasis` (`counter`, `event_id` or `window`: where the transitionId came
+from) on transitions and identity-incomplete records; `window` is the
+`window_key` flag of contract section 8, so no receiver mistakes a window key
+for an id the controller gave.
 
 | record              | type (io.edgeagent.*) | source                     | id                            |
 |---------------------|-----------------------|----------------------------|-------------------------------|
@@ -143,7 +147,9 @@ def _transition(r: Transition, site: str) -> _Parts:
         device=device_of(r.source),
         channel=channel_of(r.source) or NO_CHANNEL,
         time=r.source_ts,
-        ext={"bootid": r.boot_id, "transitionid": r.transition_id, "arrivalat": r.first_arrival},
+        ext=_with_basis(
+            {"bootid": r.boot_id, "transitionid": r.transition_id, "arrivalat": r.first_arrival}, r.basis
+        ),
         data_json=r.payload_json,
     )
 
@@ -202,9 +208,16 @@ def _incomplete(r: IdentityIncomplete, site: str, gateway: str, store_id: str) -
         device=device_of(r.source) if r.source else NO_CHANNEL,
         channel=(channel_of(r.source) if r.source else None) or NO_CHANNEL,
         time=r.source_ts,
-        ext={"arrivalat": r.arrival_at},
+        ext=_with_basis({"arrivalat": r.arrival_at}, r.basis),
         data_json=_JSON.encode(data),
     )
+
+
+def _with_basis(ext: dict[str, Any], basis: str) -> dict[str, Any]:
+    """The identity basis (`counter`, `event_id`, `window`) as the extension `identitybasis`; for a
+    window key, `identitybasis: window` is the `window_key` flag upstream (contract section 8)."""
+    ext["identitybasis"] = basis
+    return ext
 
 
 def _with_evidence(data: dict[str, Any], evidence_json: str) -> str:

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from agent.config.upstreams import HttpUpstream
+from agent.core.redact import mask_url, mask_url_text
 from agent.core.send_outcome import SendOutcome, Verdict, classify_http, needs_split, retry
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body
 from agent.sinks.tls import read_secret, tls_context
@@ -92,11 +93,11 @@ class HttpSink:
                 detail = "" if 200 <= resp.status < 300 else (await resp.text(errors="replace"))[:200].strip()
                 return classify_http(resp.status, resp.headers.get("Retry-After"), self._clock(), detail)
         except TimeoutError:
-            return retry(f"{s.url}: no response within {s.request_timeout_s:g} s")
+            return retry(f"{mask_url(s.url)}: no response within {s.request_timeout_s:g} s")
         except aiohttp.ClientError as exc:
-            return retry(f"{s.url}: {type(exc).__name__}: {exc}")
+            return retry(f"{mask_url(s.url)}: {type(exc).__name__}: {mask_url_text(str(exc), s.url)}")
         except OSError as exc:  # token file missing or unreadable, CA file problems
-            return retry(f"{s.url}: {exc}")
+            return retry(f"{mask_url(s.url)}: {exc}")
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import aiomqtt
 
 from agent.config.upstreams import MqttUpstream
+from agent.core.redact import mask_url
 from agent.core.send_outcome import DELIVERED, SendOutcome, classify_mqtt_reason, retry
 from agent.sinks.encode import Event, batch_body, render_topic
 from agent.sinks.tls import read_secret, tls_context
@@ -82,7 +83,7 @@ class MqttSink:
     # --- internals -------------------------------------------------------------
 
     def _where(self) -> str:
-        return f'MQTT upstream "{self.name}" ({self.settings.url})'
+        return f'MQTT upstream "{self.name}" ({mask_url(self.settings.url)})'
 
     def _messages(self, events: Sequence[Event]) -> list[tuple[str, list[Event], bytes]]:
         """One message per event, or consecutive events with one topic grouped up to batch_size."""
@@ -173,7 +174,7 @@ class MqttSink:
         client.pending_calls_threshold = s.max_inflight + 10
         self._track(client)
         await asyncio.wait_for(client.__aenter__(), s.connect_timeout_s + 1.0)
-        log.info("mqtt connected upstream=%s url=%s client_id=%s", self.name, s.url, self.client_id)
+        log.info("mqtt connected upstream=%s url=%s client_id=%s", self.name, mask_url(s.url), self.client_id)
         return client
 
     def _track(self, client: aiomqtt.Client) -> None:

@@ -38,8 +38,10 @@ from agent.sources.modbus.decode import counter_bits
 
 
 def channel_fields(ch: Channel) -> list[tuple[str, Field]]:
-    """A channel's mapped fields by role: transition_id, state, source_timestamp, latched.<name>."""
-    out = [("transition_id", ch.transition_id), ("state", ch.state)]
+    """A channel's mapped fields by role: transition_id (none for a window channel), state,
+    source_timestamp, latched.<name>."""
+    out = [("transition_id", ch.transition_id)] if ch.transition_id is not None else []
+    out.append(("state", ch.state))
     if ch.source_timestamp is not None:
         out.append(("source_timestamp", ch.source_timestamp))
     out += [(f"latched.{name}", f) for name, f in ch.latched.items()]
@@ -107,6 +109,10 @@ def timestamp_value(value: Any, f: Field | None) -> tuple[str | None, str | None
 
 
 def _shown(value: Any) -> str:
+    """A value read from a device, for a message: short, and bytes as hex, never as raw bytes."""
+    if isinstance(value, bytes | bytearray):
+        head = bytes(value[:8]).hex()
+        return f"{len(value)} bytes (0x{head}{'...' if len(value) > 8 else ''})"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
 
@@ -114,6 +120,8 @@ def _shown(value: Any) -> str:
 def channel_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any]) -> ChannelRead:
     """``values`` holds decoded ``transition_id``, ``state``, ``source_timestamp`` (text or number)
     and latched field values; a missing or refused ``transition_id`` or ``state`` is a failed read."""
+    if ch.transition_id is None:  # a window channel: the tracker keys it by state and time
+        return _window_read(ch, values, raw)
     tid, state = values.get("transition_id"), values.get("state")
     bits = counter_bits(ch.transition_id.type) if ch.transition_id.register is not None else 32
     if "transition_id" in values and "state" in values:
@@ -124,6 +132,37 @@ def channel_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any])
             tid = None
     if not isinstance(tid, int) or isinstance(tid, bool) or "state" not in values:
         return ChannelRead(ch.name, None, error=str(raw.get("error", "not read")), raw=raw)
+    state, ts, latched, raw = _payload_fields(ch, values, raw)
+    return ChannelRead(
+        channel=ch.name,
+        transition_id=tid,
+        state=state,
+        source_timestamp=ts,
+        latched=latched,
+        bits=bits,
+        raw=raw,
+    )
+
+
+def _window_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any]) -> ChannelRead:
+    """A channel without a counter (``identity: window``): its state, time and latched fields."""
+    window_ms = ch.window_ms
+    if "state" not in values or values.get("state") is None or raw.get("error"):
+        return ChannelRead(
+            ch.name, None, error=str(raw.get("error", "not read")), raw=raw, window_ms=window_ms
+        )
+    state, ts, latched, raw = _payload_fields(ch, values, raw)
+    if state is None:  # the state is part of the key here: identity is strict
+        error = f"state refused: {'; '.join(raw.get('flags', ()))} (a window key is made from the state)"
+        return ChannelRead(ch.name, None, error=error, raw={**raw, "error": error}, window_ms=window_ms)
+    return ChannelRead(ch.name, None, state, ts, latched, raw=raw, window_ms=window_ms)
+
+
+def _payload_fields(
+    ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any]
+) -> tuple[Any, str | None, dict[str, Any], Mapping[str, Any]]:
+    """(state, source timestamp, latched values, raw with flags): the tolerant payload rules."""
+    state = values.get("state")
     flags: list[str] = []
     state, flag = payload_value(state)
     if flag:
@@ -141,15 +180,7 @@ def channel_read(ch: Channel, values: Mapping[str, Any], raw: Mapping[str, Any])
                 flags.append(f"latched.{name} {flag}")
     if flags:
         raw = {**raw, "flags": flags}
-    return ChannelRead(
-        channel=ch.name,
-        transition_id=tid,
-        state=state_name(state, ch.state.values) if state is not None else None,
-        source_timestamp=ts,
-        latched=latched,
-        bits=bits,
-        raw=raw,
-    )
+    return state_name(state, ch.state.values) if state is not None else None, ts, latched, raw
 
 
 def ring_channel(device: Device, index: Any) -> Channel | None:

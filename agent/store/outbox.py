@@ -41,7 +41,8 @@ SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at,
   e.canonical_id, e.source, e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival,
   b.boot_row, b.device, b.boot_id, b.previous_boot_id, b.first_arrival, b.source_ts, b.live, b.evidence,
   a.anomaly_id, a.source, a.boot_id, a.kind, a.from_value, a.to_value, a.detected_at, a.evidence,
-  r.arrival_id, r.source, r.transition_id, r.boot_id, r.source_ts, r.arrival_at, r.receiver, r.raw
+  r.arrival_id, r.source, r.transition_id, r.boot_id, r.source_ts, r.arrival_at, r.receiver, r.raw,
+  e.identity_basis, r.identity_basis
 FROM outbox o
 LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id
 LEFT JOIN boots b ON o.kind = 'boot_observed' AND b.boot_row = o.ref_id
@@ -222,7 +223,7 @@ def _entry(r: Any) -> Entry:
     kind = r[1]
     rec: Record | None = None
     if kind == "transition" and r[5] is not None:
-        rec = Transition(r[5], r[6], r[7], r[8], r[9], r[10], r[11])
+        rec = Transition(r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[36])
     elif kind == "boot_observed" and r[12] is not None:
         rec = BootObserved(r[12], r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19])
     elif kind in ("gap", "anomaly") and r[20] is not None:
@@ -230,5 +231,5 @@ def _entry(r: Any) -> Entry:
     elif kind == "identity_incomplete" and r[28] is not None:
         raw = r[35]
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
-        rec = IdentityIncomplete(r[28], r[29], r[30], r[31], r[32], r[33], r[34], text)
+        rec = IdentityIncomplete(r[28], r[29], r[30], r[31], r[32], r[33], r[34], text, r[37] or "counter")
     return Entry(outbox_id=r[0], kind=kind, ref_id=r[2], attempt=int(r[3]) + 1, created_at=r[4], record=rec)

@@ -163,6 +163,9 @@ async def _keys_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: Prune
     totals.keys_forgotten += len(rows)
 
 
+# progress(stage, ids done, ids in the table's range): how far a stage has come, for a progress bar
+Progress = Callable[[str, int, int], None]
+
 # (stage, table, id column, time column, cutoff field, step)
 _STAGES: list[tuple[str, str, str, str, str, Step]] = [
     ("arrivals", "arrivals", "arrival_id", "arrival_at", "arrivals", _arrivals_step),
@@ -177,13 +180,17 @@ async def _stage(
     cut: Cutoffs,
     settings: RetentionSettings,
     totals: PruneTotals,
+    progress: Progress | None = None,
 ) -> None:
     name, table, col, tcol, cut_name, step = stage
     cutoff = getattr(cut, cut_name)
     batch_rows = settings.batch_rows
     async with store._lock:
-        lo = (await _all(store.db, f"SELECT min({col}) FROM {table}"))[0][0]
+        lo, top = (await _all(store.db, f"SELECT min({col}), max({col}) FROM {table}"))[0]
+    first = lo
     while lo is not None:
+        if progress is not None:
+            progress(name, int(lo) - int(first), int(top) - int(first) + 1)
         hi = int(lo) + batch_rows
         async with store._lock:
             t0 = time.perf_counter()
@@ -247,12 +254,15 @@ async def reclaim(store: Store, pages_per_step: int) -> int:
     return freed
 
 
-async def prune(store: Store, settings: RetentionSettings, now: datetime) -> PruneTotals:
-    """Prune everything past its horizon at `now` (injected), in batches; then reclaim space."""
+async def prune(
+    store: Store, settings: RetentionSettings, now: datetime, progress: Progress | None = None
+) -> PruneTotals:
+    """Prune everything past its horizon at `now` (injected), in batches; then reclaim space.
+    `progress(stage, done, total)` is told before each batch how far through its table a stage is."""
     cut = cutoffs(settings, now)
     totals = PruneTotals(cutoffs=cut)
     for stage in _STAGES:
-        await _stage(store, stage, cut, settings, totals)
+        await _stage(store, stage, cut, settings, totals, progress)
     totals.pages_freed = await reclaim(store, settings.vacuum_pages)
     log.info(
         "pruned arrivals=%d payloads=%d outbox_rows=%d keys_forgotten=%d pages_freed=%d batches=%d"

@@ -14,7 +14,7 @@ from typing import Any
 import aiosqlite
 
 from agent.config.retention import RetentionSettings
-from agent.store import budget, report
+from agent.store import budget, report, review
 from agent.store.connection import open_reader
 from agent.store.outbox import UpstreamCounts, upstream_counts
 from agent.store.prune_plan import StagePlan, plan_on
@@ -60,6 +60,16 @@ class Reader:
 
     def pending(self) -> AsyncGenerator[dict[str, Any], None]:
         return report.pending(self._db)
+
+    # --- review -------------------------------------------------------------------
+
+    def conflicts(self, *, open_only: bool = False) -> AsyncGenerator[dict[str, Any], None]:
+        """Conflict arrivals beside their canonical, with review marks (`review conflicts`)."""
+        return review.conflicts(self._db, open_only=open_only)
+
+    def pending_review(self, *, open_only: bool = False) -> AsyncGenerator[dict[str, Any], None]:
+        """Identity-incomplete arrivals with their raw evidence and review marks (`review pending`)."""
+        return review.pending(self._db, open_only=open_only)
 
     # --- the running service and the outbox ------------------------------------------
 

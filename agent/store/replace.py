@@ -9,6 +9,9 @@ Steps (`replace_damaged`):
    (`agent.store.salvage`), close it;
 4. rename it to `<store>` (atomic), sync the directory, remove the marker.
 
+A full disk during step 3 stops the start (StoreFull) with the marker in place, so the next
+start does the salvage again; nothing of the damaged file is given up for want of room.
+
 At every start `finish_interrupted` looks for the marker first: with no store file in place
 (a crash during 2-4), the salvage is done again from the start into a fresh
 `<store>.salvage-new`; with a store file in place (a crash before 2, or after 4), the marker
@@ -22,6 +25,7 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from agent.core.errors import StoreFull
 from agent.store.salvage import Progress, SalvageReport, salvage_into
 from agent.store.store import Store
 
@@ -79,9 +83,14 @@ async def _salvage_to_new(
     try:
         if Path(damaged).exists():
             report = await salvage_into(store, damaged, now, progress)
+    except StoreFull:
+        # No room for the new store: leave the marker, so the next start does it all again.
+        await store.close()
+        raise
     except Exception:  # best effort by design: the new store must start even if salvage breaks
         log.exception("ALARM salvage of %s failed; nothing was taken from it", damaged)
-    finally:
+        await store.close()
+    else:
         await store.close()
     for suffix in SUFFIXES:  # closing removes the WAL; a reader may have kept it
         if Path(new + suffix).exists():

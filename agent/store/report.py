@@ -1,7 +1,9 @@
 """Read-side queries of the store, shaped as the contract's `report --json` fields.
 
 Rows are streamed from SQLite in chunks (async generators), so a report of a
-large store does not hold it all in memory. Each generator closes the one it reads from when it is
+large store does not hold it all in memory.
+Every event and arrival shows its `identity_basis` (`counter`, `event_id`, `window`), and an
+event keyed by a window key the flag `window_key`. Each generator closes the one it reads from when it is
 closed itself, so a reader that stops early leaves no cursor behind the connection's close.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 import aiosqlite
 
+from agent.core.basis import basis_flags
 from agent.core.contract import Decision
 
 _CHUNK = 1000
@@ -70,7 +73,8 @@ async def events(db: aiosqlite.Connection, sort: str = "id") -> AsyncGenerator[d
         _stream(
             db,
             "SELECT canonical_id, source, transition_id, boot_id, source_ts, status, payload, payload_hash,"
-            f" duplicate_count, conflict_count, first_arrival, last_arrival FROM events ORDER BY {order}",
+            " duplicate_count, conflict_count, first_arrival, last_arrival, identity_basis"
+            f" FROM events ORDER BY {order}",
         )
     ) as rows:
         async for r in rows:
@@ -87,6 +91,8 @@ async def events(db: aiosqlite.Connection, sort: str = "id") -> AsyncGenerator[d
                 "conflict_count": r[9],
                 "first_arrival": r[10],
                 "last_arrival": r[11],
+                "identity_basis": r[12],
+                "flags": list(basis_flags(r[12])),
             }
 
 
@@ -101,7 +107,7 @@ async def arrivals(
         _stream(
             db,
             "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at, decision,"
-            " canonical_id, payload_hash, reason, flags, receiver, line, live, raw"
+            " canonical_id, payload_hash, reason, flags, receiver, line, live, raw, identity_basis"
             f" FROM arrivals {where} ORDER BY {sort}",
         )
     ) as rows:
@@ -126,6 +132,7 @@ async def arrivals(
                 "line": r[12],
                 "live": bool(r[13]),
                 "raw": _raw_text(r[14]),
+                "identity_basis": r[15],
             }
 
 

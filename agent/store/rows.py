@@ -12,22 +12,23 @@ from agent.core.decide import EventUpdate, Outcome
 
 INSERT_EVENT = (
     "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
-    " first_arrival, last_arrival, first_arrival_id) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    " first_arrival, last_arrival, first_arrival_id, identity_basis) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT(source, transition_id, boot_id) DO NOTHING"
 )
 # Once retention has pruned payloads, a key may live on only as a compact key record: the insert
 # must not make a second canonical for it (the unique index of `events` no longer sees it).
 INSERT_UNLESS_KEY_RECORD = (
     "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
-    " first_arrival, last_arrival, first_arrival_id) SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10"
+    " first_arrival, last_arrival, first_arrival_id, identity_basis)"
+    " SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11"
     " WHERE NOT EXISTS (SELECT 1 FROM event_keys x"
     " WHERE x.source = ?1 AND x.transition_id = ?2 AND x.boot_id = ?3)"
     " ON CONFLICT(source, transition_id, boot_id) DO NOTHING"
 )
 INSERT_ARRIVAL = (
     "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
-    " receiver, payload_hash, decision, canonical_id, reason, flags, line, live, raw)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " receiver, payload_hash, decision, canonical_id, reason, flags, line, live, raw, identity_basis)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 UPDATE_EVENT_COUNTS = (
     "UPDATE events SET duplicate_count = duplicate_count + ?,"
@@ -51,6 +52,7 @@ def event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:
         item.arrival_at,
         item.arrival_at,
         arrival_id,
+        str(item.basis),
     )
 
 
@@ -77,6 +79,7 @@ def arrival_row(arrival_id: int, item: Delivery | Rejection, oc: Outcome) -> tup
             item.line,
             1,
             item.raw,
+            None,
         )
     return (
         arrival_id,
@@ -94,4 +97,5 @@ def arrival_row(arrival_id: int, item: Delivery | Rejection, oc: Outcome) -> tup
         item.line,
         int(item.live),
         item.raw,
+        str(item.basis),
     )

@@ -36,29 +36,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import aiosqlite
 
+from agent.core.basis import IdentityBasis
 from agent.core.contract import Decision, Delivery, Key, payload_hash_of_text
+from agent.core.errors import StoreError, StoreFull
 from agent.core.intake import parse_delivery
 from agent.core.jcs import canonical_json
 from agent.store.batch import queue_outbox, read_marks, record_batch
 from agent.store.salvage_read import (
     ANOMALY_COLUMNS,
-    ARRIVAL_COLUMNS,
     BOOT_COLUMNS,
-    EVENT_COLUMNS,
     OUTBOX_COLUMNS,
     DamagedStore,
     Rows,
 )
 from agent.store.store import Store
 
+log = logging.getLogger(__name__)
+
 RECEIVER = "salvage"
+BASES = frozenset(b.value for b in IdentityBasis)
 STEP = 2000  # outbox rowids of the damaged file per transaction: memory stays flat
 
 
@@ -164,7 +168,14 @@ async def _salvage(
     for lo, hi in await t(lambda: list(dam.ranges("outbox", STEP))):
         rows = await t(dam.scan_range, "outbox", OUTBOX_COLUMNS, lo, hi, "state = 'pending'")
         if rows:
-            await _take_range(store, dam, rows, taken, damaged, now)
+            kept = replace(taken, boots=dict(taken.boots), arrivals=dict(taken.arrivals))
+            try:
+                await _take_range(store, dam, rows, taken, damaged, now)
+            except StoreFull:
+                raise  # the new store's disk is full: the whole salvage is done again at the next start
+            except StoreError as exc:  # rolled back: this range's rows are counted, the rest goes on
+                log.error("salvage: %d outbox rows of %s could not be taken: %s", len(rows), damaged, exc)
+                taken = replace(kept, outbox_rows_lost=kept.outbox_rows_lost + len(rows))
             if progress is not None:
                 progress(taken.outbox_rows)
     # After the outbox: the last recorded event per (source, bootId) that is not in the new store
@@ -190,12 +201,12 @@ async def _take_range(
     refs: dict[str, set[int]] = {}
     for _upstream, kind, ref_id, *_ in rows.values():
         refs.setdefault(str(kind), set()).add(int(ref_id))
-    events = await t(dam.lookup, "events", EVENT_COLUMNS, refs.get("transition", set()))
+    events = await t(dam.lookup, "events", dam.event_columns, refs.get("transition", set()))
     anomalies = await t(
         dam.lookup, "anomalies", ANOMALY_COLUMNS, refs.get("gap", set()) | refs.get("anomaly", set())
     )
     wanted = refs.get("identity_incomplete", set()) - set(taken.arrivals)
-    arrivals = await t(dam.lookup, "arrivals", ARRIVAL_COLUMNS, wanted)
+    arrivals = await t(dam.lookup, "arrivals", dam.arrival_columns, wanted)
     more_boots = await t(
         dam.lookup, "boots", BOOT_COLUMNS, refs.get("boot_observed", set()) - set(taken.boots)
     )
@@ -323,7 +334,9 @@ async def _deliveries(
 
 def _event_delivery(row: tuple[Any, ...], damaged: str) -> Delivery | None:
     """The delivery that re-creates a salvaged canonical event, or None when its content is invalid."""
-    source, tid, boot, source_ts, payload_json, stored_hash, first_arrival = row
+    source, tid, boot, source_ts, payload_json, stored_hash, first_arrival, basis = row
+    if basis not in BASES:
+        return None
     try:
         if payload_hash_of_text(payload_json, source_ts) != stored_hash:
             return None
@@ -354,12 +367,14 @@ def _event_delivery(row: tuple[Any, ...], damaged: str) -> Delivery | None:
         RECEIVER,
         live=False,
         payload_json=payload_json,
+        basis=str(basis),
     )
 
 
 def _incomplete_delivery(row: tuple[Any, ...]) -> Delivery:
     """An identity-incomplete arrival recorded again: from its raw line when that parses."""
-    source, tid, boot, source_ts, arrival_at, receiver, raw, line = row
+    source, tid, boot, source_ts, arrival_at, receiver, raw, line, basis = row
+    basis = basis if basis in BASES else IdentityBasis.COUNTER
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     parsed = parse_delivery(text, arrival_at=arrival_at, receiver=receiver)
     if isinstance(parsed, Delivery) and parsed.key is None:
@@ -376,6 +391,7 @@ def _incomplete_delivery(row: tuple[Any, ...]) -> Delivery:
             live=False,
             line=line,
             missing=parsed.missing,
+            basis=str(basis),
         )
     payload: dict[str, Any] = {}
     return Delivery(
@@ -391,4 +407,5 @@ def _incomplete_delivery(row: tuple[Any, ...]) -> Delivery:
         live=False,
         line=line,
         missing=tuple(n for n, v in (("source", source), ("transitionId", tid), ("bootId", boot)) if not v),
+        basis=str(basis),
     )

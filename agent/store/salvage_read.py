@@ -35,6 +35,7 @@ UNKNOWN_END_EMPTY_CHUNKS = 4  # with no known last rowid: stop after this many r
 
 OUTBOX_COLUMNS = "upstream, kind, ref_id, attempts, last_error, created_at"
 EVENT_COLUMNS = "source, transition_id, boot_id, source_ts, payload, payload_hash, first_arrival"
+BASIS_COLUMN = "identity_basis"  # added by a later migration: 'counter' in a store made before it
 BOOT_COLUMNS = "device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence"
 ANOMALY_COLUMNS = "source, boot_id, kind, from_value, to_value, detected_at, evidence"
 ARRIVAL_COLUMNS = "source, transition_id, boot_id, source_ts, arrival_at, receiver, raw, line"
@@ -51,6 +52,18 @@ class DamagedStore:
         self.unreadable: dict[str, int] = {}  # table -> rowids whose lookup failed
         self._tmp: str | None = None
         self.con = self._open()
+        self.event_columns = f"{EVENT_COLUMNS}, {self._basis_column('events')}"
+        self.arrival_columns = f"{ARRIVAL_COLUMNS}, {self._basis_column('arrivals')}"
+
+    def _basis_column(self, table: str) -> str:
+        """`identity_basis` when the damaged store's table has it, else the value it implies."""
+        if self.con is None:
+            return "'counter'"
+        try:
+            self.con.execute(f"SELECT {BASIS_COLUMN} FROM {table} LIMIT 0")
+        except sqlite3.Error:
+            return "'counter'"
+        return f"coalesce({BASIS_COLUMN}, 'counter')"
 
     def close(self) -> None:
         if self.con is not None:
@@ -126,7 +139,7 @@ class DamagedStore:
             ).items():
                 if cid > best.get((source, boot), 0):
                     best[(source, boot)] = cid
-        return self.lookup("events", EVENT_COLUMNS, best.values())
+        return self.lookup("events", self.event_columns, best.values())
 
     def _one_by_one(self, table: str, columns: str, ids: Iterable[int], cond: str) -> list[Any]:
         assert self.con is not None

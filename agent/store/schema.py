@@ -16,8 +16,12 @@ Tables:
   event_keys        compact key records of canonical events whose payload was pruned (retention)
   forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
   retention_counts  what retention removed and how often a key horizon was passed
-  live_state        the running service's live state, for `status`
+  live_state        the running service's state, for `status`
+  review_marks      an operator's notes that a conflict or a pending arrival was reviewed
   store_meta        the store id (a UUID made with the store) and other facts about the file
+
+`events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
+`counter`, `event_id` or `window` (agent/core/basis.py).
 """
 
 from __future__ import annotations
@@ -166,6 +170,41 @@ LIVE_STATE_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(LIVE_STATE_MIGRATION)
+
+
+IDENTITY_BASIS_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "identity basis of events and arrivals: counter, event_id or window (contract sections 7, 8)",
+    [
+        # Existing rows were all keyed by an id the source gave: `counter`.
+        "ALTER TABLE events ADD COLUMN identity_basis TEXT NOT NULL DEFAULT 'counter'"
+        " CHECK (identity_basis IN ('counter','event_id','window'))",
+        # NULL for a rejected arrival (nothing was parsed, so no basis is known).
+        "ALTER TABLE arrivals ADD COLUMN identity_basis TEXT"
+        " CHECK (identity_basis IN ('counter','event_id','window'))",
+    ],
+)
+MIGRATIONS.append(IDENTITY_BASIS_MIGRATION)
+
+
+REVIEW_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "review marks: an operator's note that a conflict or an identity-incomplete arrival was reviewed",
+    [
+        # Append-only: a later mark of the same arrival adds a row; nothing is updated or deleted,
+        # and the arrival, its canonical event and the pending list stay as they are.
+        """CREATE TABLE review_marks(
+            mark_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            arrival_id INTEGER NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('conflict','identity_incomplete')),
+            note TEXT NOT NULL,
+            marked_at TEXT NOT NULL,
+            marked_by TEXT
+        ) STRICT""",
+        "CREATE INDEX review_marks_by_arrival ON review_marks(arrival_id, mark_id)",
+    ],
+)
+MIGRATIONS.append(REVIEW_MIGRATION)
 
 
 # The store id (contract section 4): a random UUID (version 4) made when the store is created

@@ -38,6 +38,8 @@ from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.store.batch import record_batch
 from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
 from agent.store.outbox import Outbox
+from agent.store.review import Mark
+from agent.store.review import mark as review_mark
 from agent.store.schema import MIGRATIONS, Migration
 
 _BACKFILL = (
@@ -140,6 +142,14 @@ class Store:
                 )
             )
         return (str(found[0][0]), str(found[0][1])) if found else None
+
+    # --- review marks ---------------------------------------------------------------
+
+    async def mark_reviewed(self, arrival_id: int, note: str, at: str, by: str | None) -> Mark:
+        """Keep an operator's note that a conflict or identity-incomplete arrival was reviewed.
+        Adds a mark; changes and deletes nothing. NotReviewable for any other arrival id."""
+        async with self._lock, self._transaction():
+            return await review_mark(self.db, arrival_id, note, at, by)
 
     # --- upstreams -----------------------------------------------------------
 

@@ -113,7 +113,10 @@ def test_faults_one_kill_and_one_stop_find_no_problem() -> None:
     # A correctness campaign, not a rate: its figures are counts, and exit 0 means no problem.
     got = run_bench("faults.py", "--kills", "1", "--stops", "1")
     assert got["kills"] == 1 and got["stop"]["stops"] == 1
-    assert got["acknowledged"] > 0 and got["stop"]["acknowledged"] > 0
+    # Something was made and committed in each campaign (with one kill at a random point, the
+    # store may hold nothing yet when the kill lands on a busy machine, so `acknowledged` may be 0).
+    assert got["made"] > 0 and got["committed"] > 0
+    assert got["stop"]["made"] > 0 and got["stop"]["acknowledged"] > 0
     for figures in (got, got["stop"]):
         assert figures["problems"] == []
         assert figures["lost"] == 0 and figures["duplicates"] == 0 and figures["integrity_failures"] == 0

@@ -78,6 +78,10 @@ COMMANDS = [
     pytest.param(["outbox"], 0, id="outbox"),
     pytest.param(["prune", "--dry-run"], 0, id="prune --dry-run"),
     pytest.param(["status"], 0, id="status"),
+    pytest.param(["review", "pending", "--limit", "0"], 100, id="review pending"),
+    pytest.param(["review", "pending", "--json"], 100, id="review pending --json"),
+    pytest.param(["review", "pending", "--csv"], 100, id="review pending --csv"),
+    pytest.param(["review", "conflicts"], 0, id="review conflicts"),
 ]
 
 

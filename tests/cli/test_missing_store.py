@@ -21,6 +21,9 @@ COMMANDS = [
     pytest.param(["status", "--json"], id="status"),
     pytest.param(["prune", "--dry-run"], id="prune --dry-run"),
     pytest.param(["outbox", "retry"], id="outbox retry"),
+    pytest.param(["review", "conflicts"], id="review conflicts"),
+    pytest.param(["review", "pending", "--csv"], id="review pending"),
+    pytest.param(["review", "mark", "1", "--note", "x"], id="review mark"),
     pytest.param(["replay", "--since", "1h", "--upstream", "historian"], id="replay"),
 ]
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from agent.cli.main import cli
 from agent.config import loader as config
+from agent.config.paths import PathEnv
 from agent.config.sources import ModbusRtu, ModbusTcp, OpcUa
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
@@ -44,8 +45,12 @@ def test_the_example_config_loads_with_every_kind_of_connection() -> None:
 
 
 def test_the_example_config_refuses_missing_secret_files_when_they_are_checked() -> None:
-    with pytest.raises(config.ConfigProblems, match="password_file: file /run/credentials"):
-        config.load(ROOT / "config.example.yaml")
+    with pytest.raises(config.ConfigProblems) as err:
+        config.load(ROOT / "config.example.yaml", paths=PathEnv({}))
+    assert "upstreams[0].mqtt.ca_file: file /etc/edge-agent/ca.crt does not exist" in str(err.value)
+    assert "upstreams[0].mqtt.password_file: ${CREDENTIALS_DIRECTORY}/mqtt-password: systemd" in str(
+        err.value
+    )
 
 
 async def test_the_snippet_the_simulators_emit_loads_as_one_file_per_plc(tmp_path: Path) -> None:

@@ -136,3 +136,26 @@ async def _arrivals(view: Any, n: int) -> bool:
 
 async def _has(view: Any, *keys: tuple[str, str, str]) -> bool:
     return set(keys) <= await view.keys()
+
+
+async def test_a_namespace_uri_the_server_does_not_serve_is_named_with_the_servers_array(
+    devices_of: Callable[..., Any],
+) -> None:
+    from agent.core.errors import SourceUnavailable
+    from agent.sources.opcua.poller import OpcUaSource
+
+    def wrong_namespace(entry: dict[str, Any]) -> None:
+        entry["namespace"] = "urn:plant-1:pumps"
+
+    async with Plant([pump()], modbus_port=None, poll="1s") as plant:
+        [device] = devices_of(plant, wrong_namespace)
+        source = OpcUaSource(device, device.connections[0])
+        try:
+            with pytest.raises(SourceUnavailable) as err:
+                await source.connect()
+        finally:
+            await source.close()
+    text = str(err.value)
+    assert text.startswith("namespace URI 'urn:plant-1:pumps' is not in the server's namespace array (")
+    assert "[0] http://opcfoundation.org/UA/" in text and "urn:edge-agent:sim" in text
+    assert "not in list" not in text and "decoded" not in text

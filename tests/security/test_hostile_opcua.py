@@ -97,7 +97,7 @@ async def test_hostile_values_are_refused_per_device_and_the_agent_stays_up_unde
         "BIG-STRING": "larger than max_message_size (4194304 bytes)",
         "BIG-ARRAY": "an array of 1000000 elements where one value is expected",
         "NESTED": nested_error,
-        "WRONG-TYPE": "a bytes where one value is expected",
+        "WRONG-TYPE": "a byte string of 64 bytes where one value is expected",
     }
     for device, text in expected.items():
         mine = [line for line in result["log"] if f'Device "{device}"' in line]

@@ -50,11 +50,35 @@ def test_a_transition_is_the_exact_structured_event_of_the_contract() -> None:
         "bootid": "B17",
         "transitionid": "T91",
         "arrivalat": "2026-04-22T08:00:12.180Z",
+        "identitybasis": "counter",
         "gateway": "gw-line3",
         "attempt": 2,
         "replayed": True,
         "data": {"severity": "High"},
     }
+
+
+@pytest.mark.parametrize(
+    ("basis", "tid"),
+    [
+        pytest.param("counter", "T91", id="an id the controller counted says counter"),
+        pytest.param("event_id", "0a1b2c", id="an OPC UA EventId says event_id"),
+        pytest.param("window", "w:Trip:29614080", id="a window key says window, the flag upstream"),
+    ],
+)
+def test_every_transition_says_its_identity_basis_and_the_id_does_not_change(basis: str, tid: str) -> None:
+    rec = Transition(1, "PUMP-07/Trip", tid, "B17", None, "{}", "2026-04-22T08:00:12.180Z", basis)
+    doc = ce(rec)
+    assert doc["identitybasis"] == basis
+    assert doc["id"] == "B17:" + tid.replace(":", "%3A")  # the basis never enters the identity
+    assert doc["source"] == "plant-1/PUMP-07/Trip"
+
+
+def test_an_identity_incomplete_window_delivery_says_window_upstream() -> None:
+    rec = IdentityIncomplete(
+        3, "PUMP-07/Coil", "w:On:5", None, None, "2026-04-22T09:00:00.000Z", "r", "{}", "window"
+    )
+    assert ce(rec, kind="identity_incomplete")["identitybasis"] == "window"
 
 
 @pytest.mark.parametrize(

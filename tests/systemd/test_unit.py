@@ -58,7 +58,7 @@ def test_unit_keeps_the_promises_the_readme_makes() -> None:
         "Type=notify",
         "WatchdogSec=",
         "Restart=on-failure",
-        "RestartPreventExitStatus=78",
+        "RestartPreventExitStatus=77 78",
         "StateDirectory=edge-agent",
         "ConfigurationDirectory=edge-agent",
         "NoNewPrivileges=yes",

@@ -38,7 +38,14 @@ from agent.core.tracker import DeviceTracker
 from agent.sources.base import StateLog
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
-from agent.sources.opcua.session import link_errors, new_client, resolve_nodes, secure, subscribe
+from agent.sources.opcua.session import (
+    link_errors,
+    namespace_index,
+    new_client,
+    resolve_nodes,
+    secure,
+    subscribe,
+)
 from agent.sources.readings import merge
 
 log = logging.getLogger(__name__)
@@ -89,18 +96,20 @@ class OpcUaSource:
 
     async def _open_session(self, client: Any) -> None:
         await client.connect()
-        idx = await client.get_namespace_index(self.dev.namespace) if self.dev.namespace else None
+        idx = await namespace_index(client, self.dev.namespace) if self.dev.namespace else None
         self.keys, self.nodes = resolve_nodes(client, self.dev, idx)
         if self.conn.subscribe:
             await self._subscribe(client, idx)
 
     async def _subscribe(self, client: Any, idx: int | None) -> None:
-        """A fresh handler; the boot id and every transition counter trigger a read when they change."""
+        """A fresh handler; the boot id, every transition counter and the state of every window
+        channel (it has no counter) trigger a read when they change."""
         self.handler = SubscriptionHandler()
+        window_states = {f"{ch.name}.state" for ch in self.dev.channels if ch.transition_id is None}
         watched = [
             n
             for k, n in zip(self.keys, self.nodes, strict=True)
-            if k == "boot" or k.endswith(".transition_id")
+            if k == "boot" or k.endswith(".transition_id") or k in window_states
         ]
         await subscribe(client, self.conn, self.dev, watched, self.handler, idx)
 

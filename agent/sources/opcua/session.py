@@ -76,6 +76,19 @@ def link_errors(refused: str, failed: str, answer: str, max_message_size: int) -
         raise SourceUnavailable(f"{refused}: {answer} cannot be decoded ({undecodable(exc)})") from exc
 
 
+async def namespace_index(client: Any, uri: str) -> int:
+    """The index of the configured namespace URI in the server's namespace array; a URI the
+    server does not serve is named with the array it does serve (not asyncua's "not in list")."""
+    names = [str(n) for n in await client.get_namespace_array()]
+    if uri not in names:
+        shown = ", ".join(f"[{i}] {n}" for i, n in enumerate(names))
+        raise SourceUnavailable(
+            f"namespace URI {uri!r} is not in the server's namespace array ({shown}): "
+            "check `namespace:` in the device's config"
+        )
+    return names.index(uri)
+
+
 class BoundedClient(Client):  # type: ignore[misc]
     """asyncua's Client with a receive limit it cannot be talked out of.
 

@@ -33,6 +33,8 @@ def _what(value: Any) -> str:
         return f"an array of {len(value)} elements"
     if isinstance(value, str):
         return f"a text of {len(value)} characters"
+    if isinstance(value, bytes | bytearray):
+        return f"a byte string of {len(value)} bytes"
     return f"a {type(value).__name__}"
 
 
