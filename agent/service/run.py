@@ -104,7 +104,7 @@ async def open_store(
 
 
 def _salvage_progress(rows: int) -> None:
-    """Tell systemd the start goes on (a large backlog takes a while to salvage: about 7,000
+    """Tell systemd the start goes on (a large backlog takes a while to salvage: 4,000-7,000
     rows a second measured, `bench/salvage.py`), so `TimeoutStartSec` does not kill it."""
     sdnotify.notify(
         f"EXTEND_TIMEOUT_USEC=60000000\nSTATUS=salvaging a damaged store: {rows} outbox rows taken"
