@@ -55,7 +55,10 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     SIGTERM stops polling, commits what was read, drains upstream for a bounded
     time and exits 0. A configuration error exits 78 and a file this user cannot
     read exits 77, both before anything starts and each on one line per problem
-    (the unit does not restart on 77 or 78); a store that cannot be opened exits 74.
+    (the unit does not restart on 77 or 78); a store that cannot be opened exits 74,
+    and so does a store found damaged while running (after an orderly stop).
+    Any other failure of a device connection, a forwarder or the recorder is
+    logged, counted and that task restarted; the service stays up.
     """
     from agent.service.run import serve  # imports the protocol libraries: only when running
 

@@ -34,6 +34,23 @@ class ConnectionLive:
 
 
 @dataclass
+class TaskLive:
+    """One supervised task (a device connection, a forwarder, the recorder): its failures."""
+
+    name: str
+    state: str = "running"  # running | restarting | stopped
+    failures: int = 0
+    restarts: int = 0
+    last_error: str | None = None
+
+    def failed(self, error: str) -> None:
+        self.state, self.failures, self.last_error = "restarting", self.failures + 1, error
+
+    def restarted(self) -> None:
+        self.state, self.restarts = "running", self.restarts + 1
+
+
+@dataclass
 class ServiceLive:
     """Everything `status` shows about a running service."""
 
@@ -44,6 +61,7 @@ class ServiceLive:
     upstreams: dict[str, dict[str, Any]] = field(default_factory=dict)
     recorder: dict[str, Any] = field(default_factory=dict)
     store_problem: str | None = None
+    tasks: list[TaskLive] = field(default_factory=list)
     salvage: dict[str, Any] | None = None  # what a new store took from a damaged one at this start
 
     def connection(self, device: str, receiver: str) -> ConnectionLive:

@@ -85,17 +85,33 @@ class Snapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class Positions:
+    """Where a tracker stands after a read, for the store to record with that read's deliveries.
+
+    ``channels``: channel -> last transitionId read in ``boot`` (only those that moved);
+    ``ring_head``: the ring head read, when it moved. A restarted agent resumes from these.
+    """
+
+    device: str
+    boot: str | None
+    channels: Mapping[str, int] = field(default_factory=dict)
+    ring_head: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Observations:
-    """What one snapshot adds: deliveries (ring entries first, oldest first), boots, anomalies."""
+    """What one snapshot adds: deliveries (ring entries first, oldest first), boots, anomalies,
+    and the tracker positions they move (recorded in the same transaction)."""
 
     deliveries: tuple[Delivery, ...] = ()
     boots: tuple[BootSighting, ...] = ()
     anomalies: tuple[Anomaly, ...] = ()
     torn: bool = False
     notes: tuple[str, ...] = ()
+    positions: Positions | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.deliveries or self.boots or self.anomalies)
+        return bool(self.deliveries or self.boots or self.anomalies or self.positions)
 
 
 _EPOCH = datetime(1970, 1, 1)

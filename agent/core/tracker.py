@@ -4,10 +4,20 @@ Holds :class:`DeviceTracker`, the change detection of one device over one connec
 not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core.snapshot`.
 
 * **Change, not repetition.** A channel is delivered when its (bootId, transitionId) changes.
-  The first read after the agent starts delivers the current values: the store sees a
-  duplicate, which is correct. A counter of 0 means "no transition yet in this boot" and is
-  never delivered (also not from the ring: after a 16-bit wrap the transition that lands on 0
-  is said by the ``wrap`` anomaly, not stored under an id that means "none").
+  A counter of 0 means "no transition yet in this boot" and is never delivered (also not from
+  the ring: after a 16-bit wrap the transition that lands on 0 is said by the ``wrap``
+  anomaly, not stored under an id that means "none").
+* **Resumed, never fresh.** A tracker starts from a :class:`Resume` (what the store recorded:
+  the device's last boot seen live, the last transitionId per channel in that boot, the ring
+  head), so the first read after the agent restarts is judged as if it had never been away:
+  a counter that moved on gives a gap, a new boot gives a sighting whose evidence names the
+  old boot's last recorded transitionIds, an unchanged counter gives nothing. Each observation
+  carries the positions it moved (:class:`Positions`) so the store records them with it.
+* **No cache in front of the store.** Every change is delivered and the store alone decides
+  ``duplicate`` or ``conflict`` (a counter reset that reuses a key with other content is a
+  ``conflict``, never dropped here). The only thing not delivered again is a ring entry or a
+  live read identical (key, source time, state) to one of the last reads of this tracker (an
+  OPC UA event, an earlier live read): the same transition read twice over one path.
 * **Boot change.** A new boot id read from the controller is a ``BootSighting`` with evidence
   (which register or node, the previous value, OPC UA ``ServerStatus/StartTime``). Counters of
   a boot seen starting while we watched start from 0, so a first read of T3 there means T1, T2
@@ -19,11 +29,12 @@ not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core
   top quarter of its range to the bottom quarter; any other step back is a reset. Both are
   anomalies, neither is a restart; the new transition is still delivered under its own key.
 * **Gaps, never invented.** Transitions the counters say were missed (91 -> 94: 92, 93) and
-  that no ring entry supplied become a ``gap`` anomaly naming the range, or ``overrun`` when
-  the ring's head moved further than its capacity since the last ring read.
+  that no ring entry of the same read supplied become a ``gap`` anomaly naming the range, or
+  ``overrun`` when the ring's head moved further than its capacity since the last ring read.
+  The store takes out of a gap what it already holds for that source and boot (another path
+  may have delivered it), so a gap names only what is missing.
 * **Ring entries** are delivered (``live=False``) with the boot id each entry carries, however
-  late; entries already delivered by this tracker (live or from the ring) are not repeated,
-  so a transition read live and again in the ring is one arrival per path.
+  late: those after the last ring head read (all of them when none is known).
 * **Window channels** (no counter, ``identity: window``) are delivered when their state
   changes, with a window key (:class:`agent.core.window.WindowChanges`).
 """
@@ -31,7 +42,8 @@ not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.core.contract import Anomaly, Delivery
@@ -39,6 +51,7 @@ from agent.core.decide import BootSighting
 from agent.core.snapshot import (
     ChannelRead,
     Observations,
+    Positions,
     RingItem,
     Snapshot,
     is_wrap,
@@ -48,7 +61,22 @@ from agent.core.window import WindowChanges
 
 U32 = 2**32
 Range = tuple[int, int]
-DeliveredKey = tuple[str, str | None, int]  # (channel, boot id, transition id)
+# (channel, boot id, transition id, source time, state): one transition as this tracker read it
+ReadIdentity = tuple[str, str | None, int, str | None, Any]
+RECENT_READS = 256  # reads kept to spot a ring entry read live before; raised to the ring's capacity
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a tracker starts: what the store recorded for the device (plain data, no store).
+
+    ``boot``: the device's last boot seen live; ``counters``: the last transitionId recorded per
+    channel in that boot; ``ring_head``: the ring head last read. All empty for a new device.
+    """
+
+    boot: str | None = None
+    counters: Mapping[str, int] = field(default_factory=dict)
+    ring_head: int | None = None
 
 
 def subtract(ranges: Iterable[Range], taken: set[int]) -> list[Range]:
@@ -72,17 +100,18 @@ class DeviceTracker:
     Not thread-safe and not shared: one connection task owns one tracker.
     """
 
-    def __init__(self, device: str, *, ring_mapped: bool = False, remember: int = 4096) -> None:
+    def __init__(self, device: str, *, ring_mapped: bool = False, resume: Resume | None = None) -> None:
+        start = resume or Resume()
         self.device = device
         self.ring_mapped = ring_mapped
-        self.remember = remember
-        self.last_boot: str | None = None
-        self.counter_boot: str | None = None
-        self.counters: dict[str, int] = {}
-        self.last_head: int | None = None
+        self.last_boot: str | None = start.boot
+        self.counter_boot: str | None = start.boot
+        self.counters: dict[str, int] = dict(start.counters) if start.boot is not None else {}
+        self.last_head: int | None = start.ring_head
         self.last_start_time: str | None = None
         self.ring_due = True
-        self._delivered: OrderedDict[DeliveredKey, None] = OrderedDict()
+        self._recent: OrderedDict[ReadIdentity, None] = OrderedDict()
+        self._recent_max = RECENT_READS
         self.windows = WindowChanges(device)
 
     def reconnected(self) -> None:
@@ -113,13 +142,15 @@ class DeviceTracker:
                 torn=True, notes=(f"boot id moved during the read {snap.boot_reads}; reading again",)
             )
         notes: list[str] = []
+        before = (self.counter_boot, dict(self.counters), self.last_head)
         boots = self._boot(snap, notes)
         live, missing, anomalies = self._channels(snap, notes)
         buffered, overran = self._ring(snap, notes) if snap.ring is not None else ([], False)
         if snap.ring is not None:
             self.ring_due = False
-        anomalies += self._gaps(snap, missing, overran)
-        return Observations(tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes))
+        anomalies += self._gaps(snap, missing, overran, buffered)
+        obs = Observations(tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes))
+        return replace(obs, positions=self._moved(*before))
 
     def observe_entries(self, entries: Iterable[RingItem], *, read_at: str, receiver: str) -> Observations:
         """Transitions that arrive with their full identity (OPC UA events): live deliveries."""
@@ -129,6 +160,20 @@ class DeviceTracker:
             if d is not None:
                 out.append(d)
         return Observations(tuple(out))
+
+    def _moved(self, boot: str | None, counters: dict[str, int], head: int | None) -> Positions | None:
+        """The positions this observation moved (recorded by the store with it), or None."""
+        channels = {
+            ch: tid
+            for ch, tid in self.counters.items()
+            if boot != self.counter_boot or counters.get(ch) != tid
+        }
+        ring_head = self.last_head if self.last_head != head else None
+        if self.counter_boot is None:
+            channels = {}  # a position names a boot; without one there is nothing to resume from
+        if not channels and ring_head is None:
+            return None
+        return Positions(self.device, self.counter_boot, channels, ring_head)
 
     # --- boot: restart evidence, a new boot id, counters of a new boot ---------------------------
 
@@ -168,6 +213,13 @@ class DeviceTracker:
         evidence: dict[str, Any] = {"summary": summary, **snap.boot_where, "receiver": snap.receiver}
         if previous is not None:
             evidence["previous_value"] = previous
+            if self.counter_boot == previous and self.counters:
+                # What the old boot did after this is unknown: said, never made into a gap.
+                last = {ch: str(tid) for ch, tid in sorted(self.counters.items())}
+                evidence["previous_boot_last_transitionId"] = last
+                summary += "; last recorded in " + previous + ": "
+                summary += ", ".join(f"{ch} {tid}" for ch, tid in last.items())
+                evidence["summary"] = summary
             notes.append(summary)
         if snap.start_time is not None:
             evidence["server_start_time"] = snap.start_time
@@ -240,13 +292,13 @@ class DeviceTracker:
         return [r for r in ((last + 1, top), (1, tid - 1)) if r[0] <= r[1]], anomaly
 
     def _live_delivery(self, snap: Snapshot, ch: ChannelRead, tid: int) -> Delivery | None:
-        """The channel's current transition, unless it is 0 ("none yet") or already delivered."""
+        """The channel's current transition, unless it is 0 ("none yet")."""
         if tid == 0:
             return None
-        key = (ch.channel, snap.boot_id, tid)
-        if key in self._delivered:
-            return None
-        self._remember(key)
+        identity = (ch.channel, snap.boot_id, tid, ch.source_timestamp, ch.state)
+        if identity in self._recent:
+            return None  # this very transition came as an OPC UA event already: the same read twice
+        self._read(identity)
         boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
         if snap.boot_error:
             boot_raw["error"] = snap.boot_error
@@ -274,6 +326,7 @@ class DeviceTracker:
         assert ring is not None
         overran = False
         entries = sorted((e for e in ring.entries if e.seq != 0), key=lambda e: e.seq)
+        self._recent_max = max(RECENT_READS, ring.capacity)
         if self.last_head is not None:
             advanced = (ring.head - self.last_head) % U32
             overran = advanced > ring.capacity
@@ -283,6 +336,8 @@ class DeviceTracker:
         self.last_head = ring.head
         out = []
         for e in entries:
+            if (e.channel, e.boot_id, e.transition_id, e.source_timestamp, e.state) in self._recent:
+                continue  # read live before (same key, time and state): the same transition again
             d = self._entry(e, snap.read_at, snap.receiver, live=False)
             if d is not None:
                 out.append(d)
@@ -291,10 +346,7 @@ class DeviceTracker:
     def _entry(self, e: RingItem, read_at: str, receiver: str, *, live: bool) -> Delivery | None:
         if e.channel is None or e.transition_id == 0:
             return None
-        key = (e.channel, e.boot_id, e.transition_id)
-        if key in self._delivered:
-            return None
-        self._remember(key)
+        self._read((e.channel, e.boot_id, e.transition_id, e.source_timestamp, e.state))
         return make_delivery(
             device=self.device,
             channel=e.channel,
@@ -309,13 +361,21 @@ class DeviceTracker:
             raw={"ring" if not live else "event": dict(e.raw), "seq": e.seq},
         )
 
-    def _gaps(self, snap: Snapshot, missing: dict[str, list[Range]], overran: bool) -> list[Anomaly]:
+    def _gaps(
+        self, snap: Snapshot, missing: dict[str, list[Range]], overran: bool, buffered: list[Delivery]
+    ) -> list[Anomaly]:
+        """The missed ranges less what this read's ring supplied (the store takes out the rest)."""
         boot = snap.boot_id
         if boot is None:
             return []  # an anomaly names a generation; none is made up
         out = []
         for channel, ranges in missing.items():
-            seen = {tid for (ch, b, tid) in self._delivered if ch == channel and b == boot}
+            source = f"{self.device}/{channel}"
+            seen = {
+                int(d.transition_id)
+                for d in buffered
+                if d.source == source and d.boot_id == boot and d.transition_id
+            }
             for lo, hi in subtract(ranges, seen):
                 kind = "overrun" if overran else "gap"
                 evidence = {"receiver": snap.receiver, "ring_read": snap.ring is not None}
@@ -326,7 +386,10 @@ class DeviceTracker:
                 )
         return out
 
-    def _remember(self, key: DeliveredKey) -> None:
-        self._delivered[key] = None
-        while len(self._delivered) > self.remember:
-            self._delivered.popitem(last=False)
+    def _read(self, identity: ReadIdentity) -> None:
+        """Keep the last reads (at least as many as the ring holds): a ring entry or a live read
+        identical to one of them (key, source time and state) is the same transition again."""
+        self._recent[identity] = None
+        self._recent.move_to_end(identity)
+        while len(self._recent) > self._recent_max:
+            self._recent.popitem(last=False)

@@ -4,8 +4,9 @@ Reads only the snapshot the status writer hands it: never the store, never a liv
 The exporter serves from its own thread; it reads a snapshot dict that the service's status
 loop replaces every few seconds (one assignment, so a scrape never sees half an update).
 Counts are kept apart as everywhere: polls, read errors, decisions by kind (arrivals),
-boots, gaps and anomalies, backlog, delivery attempts, dead letters, store size, and what
-a salvage of a damaged store took and could not read.
+boots, gaps and anomalies, backlog, delivery attempts, dead letters, store size, the
+failures and restarts of each supervised task, and what a salvage of a damaged store took
+and could not read.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class SnapshotCollector(Collector):
         yield from _connections(snap)
         yield from _recording(snap)
         yield from _upstreams(snap)
+        yield from _tasks(snap)
         yield from _salvage(snap)
         yield GaugeMetricFamily(
             "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
@@ -104,6 +106,20 @@ def _upstreams(snap: dict[str, Any]) -> Iterator[Metric]:
         dead.add_metric([u["upstream"]], u["rejected"])
         attempts.add_metric([u["upstream"]], u["attempts"])
     yield from (backlog, dead, attempts)
+
+
+def _tasks(snap: dict[str, Any]) -> Iterator[Metric]:
+    """Unexpected failures and restarts per supervised task (device connection, forwarder, recorder)."""
+    failures = CounterMetricFamily(
+        "edge_agent_task_failures", "Unexpected exceptions of a supervised task", labels=["task"]
+    )
+    restarts = CounterMetricFamily(
+        "edge_agent_task_restarts", "Restarts of a supervised task", labels=["task"]
+    )
+    for t in snap.get("tasks", []):
+        failures.add_metric([t["name"]], t["failures"])
+        restarts.add_metric([t["name"]], t["restarts"])
+    yield from (failures, restarts)
 
 
 def serve(listen: str, collector: SnapshotCollector) -> None:

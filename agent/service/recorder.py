@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.decide import Outcome
-from agent.core.errors import StoreError, StoreFull
+from agent.core.errors import StoreCorrupt, StoreError, StoreFull
 from agent.core.snapshot import Observations
 from agent.store.store import Store
 
@@ -92,9 +92,9 @@ class Recorder:
         self._commit_started: float | None = None
         self.store_problem: str | None = None
         self.room = room
-        self._held = 0  # observations of the batch being committed or held
         self._queued = 0  # observations in the queue
         self._queue: asyncio.Queue[Observations] = asyncio.Queue(queue_size)
+        self._held: list[Observations] | None = None  # a batch whose commit failed unexpectedly
 
     async def submit(self, obs: Observations) -> None:
         """Queue one poll's observations; waits only when the store is far behind. A poller
@@ -108,7 +108,8 @@ class Recorder:
 
     def uncommitted(self) -> int:
         """Observations accepted and not committed: the queue and the batch in hand."""
-        return self._held + self._queued
+        held = sum(_count(o) for o in self._held) if self._held is not None else 0
+        return held + self._queued
 
     def healthy(self, max_commit_s: float) -> bool:
         """False when one commit has been running for more than `max_commit_s` (a stuck store)."""
@@ -123,6 +124,8 @@ class Recorder:
         """Commit batches until ``stop`` is set and the queue is empty."""
         stopping = asyncio.ensure_future(stop.wait())
         try:
+            if self._held is not None:  # restarted by the supervisor: that batch first, not lost
+                await self._commit_retrying(self._held, stop)
             while True:
                 first = await self._first(stop, stopping)
                 if first is None:
@@ -168,12 +171,16 @@ class Recorder:
         its reserve (`room`) for the writes that must commit, and the recorder retries only
         when there is more room than that. At shutdown the reserve is opened for one last
         commit; what still does not commit is counted as lost (the service then exits non-zero)."""
-        self._held = sum(_count(o) for o in batch)  # stays set if this task is cancelled: counted
+        # Until committed: an unexpected exception keeps it for the restart, and a stop that
+        # cancels this task leaves it counted as uncommitted.
+        self._held = list(batch)
         last_chance = False
         while True:
             self._commit_started = time.monotonic()
             try:
                 await self.commit(batch)
+            except StoreCorrupt:
+                raise  # fatal: the service stops and the damaged store is moved aside at the next start
             except StoreError as exc:
                 self._failed(batch, exc)
                 if isinstance(exc, StoreFull) and self.room is not None:
@@ -183,20 +190,21 @@ class Recorder:
                         last_chance = True
                         await self.room.last_chance()
                         continue
-                    self.stats.lost += self._held
+                    held = sum(_count(o) for o in batch)
+                    self.stats.lost += held
                     log.error(
                         "shutting down with %d uncommitted observations, lost to this store "
                         "(the controllers' ring buffers may still hold them): %s",
-                        self._held,
+                        held,
                         exc,
                     )
-                    self._held = 0
+                    self._held = None
                     return
                 await self._wait_for_room(stop)
                 continue
             finally:
                 self._commit_started = None
-            self._held = 0
+            self._held = None
             if self.store_problem is not None:
                 log.warning("store writable again after %d failed attempts", self.stats.store_errors)
                 self.store_problem = None
@@ -224,20 +232,20 @@ class Recorder:
         deliveries: list[Delivery] = [d for obs in batch for d in obs.deliveries]
         anomalies = [a for obs in batch for a in obs.anomalies]
         sightings = [b for obs in batch for b in obs.boots]
+        positions = [obs.positions for obs in batch if obs.positions is not None]
         outcomes: list[Outcome] = []
-        if deliveries or anomalies or sightings:
+        if deliveries or anomalies or sightings or positions:
             outcomes = await self.store.record(
-                deliveries, boot_sightings=sightings, anomalies=anomalies, now=self.clock()
+                deliveries,
+                boot_sightings=sightings,
+                anomalies=anomalies,
+                positions=positions,
+                now=self.clock(),
             )
         self.stats.batches += 1
         self.stats.deliveries += len(deliveries)
         self.stats.boots += len(sightings)
         self.stats.anomalies += len(anomalies)
-        if anomalies:
-            for a in anomalies:
-                log.warning(
-                    "%s source=%s boot_id=%s from=%s to=%s", a.kind, a.source, a.boot_id, a.first, a.last
-                )
         if self.on_commit is not None:
             self.on_commit(batch, outcomes)
         return outcomes

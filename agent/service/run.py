@@ -9,8 +9,11 @@ Lifecycle (`edge-agent run`):
             READY=1 once all are started.
   running   one failing device or upstream never stops the rest: sources reconnect with
             backoff, forwarders back off, the recorder holds a batch while the store cannot
-            be written. WATCHDOG=1 only while the status loop runs and the recorder is not
-            stuck inside one commit.
+            be written. Each device connection, forwarder and the recorder runs under a
+            supervisor (`agent.service.supervisor`): an unexpected exception is logged,
+            counted and the task restarted. Pollers resume from the store's positions.
+            WATCHDOG=1 only while the status loop runs and the recorder is not stuck
+            inside one commit. A fatal store error stops the service (exit 74).
   SIGTERM   STOPPING=1; stop polling; let the recorder commit what was read; give the
             forwarders a bounded drain; close sinks; close the store; exit 0, or exit 75
             (EX_LOST) when observations read could not be committed (a full store even after
@@ -29,7 +32,7 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +44,7 @@ from agent.core.contract import format_timestamp
 from agent.core.decide import Outcome
 from agent.core.errors import StoreCorrupt
 from agent.core.live import ServiceLive
+from agent.core.tracker import Resume
 from agent.core.wording import counted
 from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
@@ -49,8 +53,10 @@ from agent.service.room import StoreRoom
 from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
+from agent.service.supervisor import FATAL_STORE_EXIT, Fatal, Supervisor
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
+from agent.store.reader import Reader
 from agent.store.replace import finish_interrupted, replace_damaged
 from agent.store.reserve import Reserve
 from agent.store.salvage import SalvageReport
@@ -176,6 +182,8 @@ class Service:
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.status = StatusWriter(self.live, self.now, status_interval_s)
         self.ready = asyncio.Event()
+        self.supervisor = Supervisor(Fatal(asyncio.Event()), tasks=self.live.tasks)
+        self.resume: dict[str, Resume] = {}
         self.reserve = Reserve(self.path, cfg.store.reserve, cfg.store.max_size)
         self._recorder: Recorder | None = None
 
@@ -187,12 +195,17 @@ class Service:
         self.live.store_problem = alarm
         self.live.salvage = salvaged.as_dict() if salvaged is not None else None
         await asyncio.to_thread(self.reserve.ensure)
+        fatal = self.supervisor.fatal = Fatal(stop)  # a fatal store error ends this run
         stopping: StopSequence | None = None
         try:
             await store.register_upstreams([(u.name, u.backfill) for u in self.cfg.upstreams], self.now())
+            self.resume = await resume_points(self.path, [d.name for d in self.cfg.devices])
             stopping = await self._run(store, stop)
         finally:
             await _close_store(store, stopping)
+        if fatal.error is not None:
+            log.critical("stopped after a fatal store error in %s: %s", fatal.task, fatal.error)
+            return FATAL_STORE_EXIT
         lost = self._lost()
         if lost:
             log.error(
@@ -251,14 +264,22 @@ class Service:
         return _Running(store, self._recorder, forwarders)
 
     def _start_tasks(self, tg: asyncio.TaskGroup, r: _Running) -> None:
-        cfg = self.cfg
-        r.recorder_tasks.append(tg.create_task(r.recorder.run(r.stop_recorder), name="recorder"))
-        r.poller_tasks.append(
-            tg.create_task(run_pollers(cfg.devices, r.recorder, r.stop_polling, self.live), name="pollers")
+        cfg, sup = self.cfg, self.supervisor
+        recorder = sup.run(
+            "recorder", lambda: r.recorder.run(r.stop_recorder), r.stop_recorder, again_at_stop=True
         )
+        r.recorder_tasks.append(tg.create_task(recorder, name="recorder"))
+        pollers = run_pollers(
+            cfg.devices, r.recorder, r.stop_polling, self.live, resume=self.resume, supervise=sup.run
+        )
+        r.poller_tasks.append(tg.create_task(pollers, name="pollers"))
         for f in r.forwarders:
-            run = f.run(r.stop_forwarding, drain_s=self.budget.drain_s)
-            r.forwarder_tasks.append(tg.create_task(run, name=f"forwarder[{f.upstream.name}]"))
+            name = f"forwarder[{f.upstream.name}]"
+
+            def forward(f: Forwarder = f) -> Awaitable[None]:
+                return f.run(r.stop_forwarding, drain_s=self.budget.drain_s)
+
+            r.forwarder_tasks.append(tg.create_task(sup.run(name, forward, r.stop_forwarding), name=name))
         status = self.status.loop(r.store, r.recorder, r.forwarders, r.stop_house)
         r.house_tasks.append(tg.create_task(status, name="status"))
         retention = cfg.store.retention
@@ -316,6 +337,22 @@ async def _close_store(store: Store, stopping: StopSequence | None) -> None:
         await store.close()
         return
     await stopping.step(store.close(), stopping.budget.close_s, "closing the store")
+
+
+async def resume_points(path: str, devices: Sequence[str]) -> dict[str, Resume]:
+    """Where each device's pollers resume, read from the store on a read-only connection."""
+    async with await Reader.open(path) as reader:
+        points = await reader.resume_points(devices)
+    for device, p in points.items():
+        if p.boot is not None:
+            log.info(
+                "resuming device=%s boot_id=%s positions=%s ring_head=%s",
+                device,
+                p.boot,
+                ",".join(f"{ch}:{tid}" for ch, tid in sorted(p.counters.items())) or "-",
+                p.ring_head,
+            )
+    return points
 
 
 async def serve(cfg: Config, *, db: str | None = None) -> int:

@@ -19,50 +19,77 @@ every source has closed; then stop the recorder, which commits what is queued.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import assert_never
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, assert_never
 
 from agent.config.sources import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
 from agent.core.live import ServiceLive
+from agent.core.tracker import Resume
 from agent.sources.base import ObservationSink, Source, run_source
 from agent.sources.modbus.poller import ModbusSource
 from agent.sources.opcua.poller import OpcUaSource
 
+# Runs one connection's loop under supervision: (task name, start the loop, stop) -> until done.
+Supervise = Callable[[str, Callable[[], Awaitable[None]], asyncio.Event], Coroutine[Any, Any, None]]
 
-def build_source(device: Device, conn: Connection) -> Source:
+
+async def _unsupervised(_name: str, start: Callable[[], Awaitable[None]], _stop: asyncio.Event) -> None:
+    await start()
+
+
+def build_source(device: Device, conn: Connection, resume: Resume | None = None) -> Source:
+    """The source of one connection; its tracker starts from ``resume`` (what the store holds)."""
     match conn:
         case ModbusTcp() | ModbusRtu():
-            return ModbusSource(device, conn)
+            return ModbusSource(device, conn, resume=resume)
         case OpcUa():
-            return OpcUaSource(device, conn)
+            return OpcUaSource(device, conn, resume=resume)
         case _:
             assert_never(conn)
 
 
 async def run_device(
-    device: Device, sink: ObservationSink, stop: asyncio.Event, live: ServiceLive | None = None
+    device: Device,
+    sink: ObservationSink,
+    stop: asyncio.Event,
+    live: ServiceLive | None = None,
+    *,
+    resume: Resume | None = None,
+    supervise: Supervise = _unsupervised,
 ) -> None:
     """Poll every connection of one device until ``stop``; one task per connection."""
     async with asyncio.TaskGroup() as tg:
         for conn in device.connections:
-            source = build_source(device, conn)
-            tg.create_task(
-                run_source(
+            source = build_source(device, conn, resume)
+            name = f"poller[{device.name} {conn.receiver}]"
+
+            def start(source: Source = source) -> Awaitable[None]:
+                # The same source (and tracker) across restarts: what it read is not forgotten.
+                return run_source(
                     source,
                     sink,
                     stop,
                     backoff_initial=device.backoff_initial,
                     backoff_max=device.backoff_max,
                     live=live.connection(device.name, source.receiver) if live is not None else None,
-                ),
-                name=f"poller[{device.name} {conn.receiver}]",
-            )
+                )
+
+            tg.create_task(supervise(name, start, stop), name=name)
 
 
 async def run_pollers(
-    devices: Sequence[Device], sink: ObservationSink, stop: asyncio.Event, live: ServiceLive | None = None
+    devices: Sequence[Device],
+    sink: ObservationSink,
+    stop: asyncio.Event,
+    live: ServiceLive | None = None,
+    *,
+    resume: Mapping[str, Resume] | None = None,
+    supervise: Supervise = _unsupervised,
 ) -> None:
-    """Poll every device until ``stop``. `live` (optional) collects per-connection state."""
+    """Poll every device until ``stop``. `live` (optional) collects per-connection state;
+    `resume` (per device) is where each tracker starts; `supervise` wraps each connection."""
     async with asyncio.TaskGroup() as tg:
         for device in devices:
-            tg.create_task(run_device(device, sink, stop, live), name=f"device[{device.name}]")
+            point = (resume or {}).get(device.name)
+            run = run_device(device, sink, stop, live, resume=point, supervise=supervise)
+            tg.create_task(run, name=f"device[{device.name}]")

@@ -228,4 +228,5 @@ def merge(*parts: Observations) -> Observations:
         boots=tuple(b for p in parts for b in p.boots),
         anomalies=tuple(a for p in parts for a in p.anomalies),
         notes=tuple(n for p in parts for n in p.notes),
+        positions=next((p.positions for p in reversed(parts) if p.positions is not None), None),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import aiosqlite
 
@@ -86,9 +87,14 @@ async def _known_boots(db: aiosqlite.Connection, pairs: list[tuple[str, str]]) -
 
 
 async def record_anomalies(db: aiosqlite.Connection, anomalies: Sequence[Anomaly]) -> list[tuple[str, int]]:
-    """Gap and anomaly rows (a repeat is ignored); returns (outbox kind, row id) of the new ones."""
+    """Gap and anomaly rows (a repeat is ignored); returns (outbox kind, row id) of the new ones.
+
+    A gap or overrun names only what the store does not hold: transitions of that source and
+    boot already stored (delivered over another path, or earlier in this batch) are taken out,
+    so a range may shrink, split or vanish. Each new row is logged once, here.
+    """
     refs: list[tuple[str, int]] = []
-    for a in anomalies:
+    for a in [piece for given in anomalies for piece in await _still_missing(db, given)]:
         cur = await db.execute(
             "INSERT OR IGNORE INTO anomalies(source, boot_id, kind, from_value, to_value, detected_at,"
             " evidence) VALUES (?,?,?,?,?,?,?)",
@@ -96,4 +102,29 @@ async def record_anomalies(db: aiosqlite.Connection, anomalies: Sequence[Anomaly
         )
         if cur.rowcount:
             refs.append(("gap" if a.kind == "gap" else "anomaly", int(cur.lastrowid or 0)))
+            log.warning("%s source=%s boot_id=%s from=%s to=%s", a.kind, a.source, a.boot_id, a.first, a.last)
     return refs
+
+
+async def _still_missing(db: aiosqlite.Connection, a: Anomaly) -> list[Anomaly]:
+    """`a` itself, or for a gap/overrun the parts of its range the store holds no event of."""
+    if a.kind not in ("gap", "overrun") or not (a.first.isdigit() and a.last.isdigit()):
+        return [a]
+    lo, hi = int(a.first), int(a.last)
+    found = await db.execute_fetchall(
+        "SELECT CAST(transition_id AS INTEGER) AS t FROM events WHERE source = ? AND boot_id = ?"
+        " AND t BETWEEN ? AND ? UNION SELECT CAST(transition_id AS INTEGER) AS t FROM event_keys"
+        " WHERE source = ? AND boot_id = ? AND t BETWEEN ? AND ?",
+        (a.source, a.boot_id, lo, hi, a.source, a.boot_id, lo, hi),
+    )
+    held = sorted(int(r[0]) for r in found)
+    if not held:
+        return [a]
+    out, start = [], lo
+    for t in held:
+        if t > start:
+            out.append(replace(a, first=str(start), last=str(t - 1)))
+        start = t + 1
+    if start <= hi:
+        out.append(replace(a, first=str(start), last=str(hi)))
+    return out

@@ -6,7 +6,7 @@ pollers need at start. Opened with `mode=ro`: it never creates, migrates, writes
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,8 @@ from typing import Any
 import aiosqlite
 
 from agent.config.retention import RetentionSettings
-from agent.store import budget, report, review
+from agent.core.tracker import Resume
+from agent.store import budget, positions, report, review
 from agent.store.connection import open_reader
 from agent.store.outbox import UpstreamCounts, upstream_counts
 from agent.store.prune_plan import StagePlan, plan_on
@@ -91,6 +92,10 @@ class Reader:
             "SELECT device, last_live_boot FROM device_state WHERE last_live_boot IS NOT NULL"
         )
         return {str(r[0]): str(r[1]) for r in found}
+
+    async def resume_points(self, devices: Iterable[str]) -> dict[str, Resume]:
+        """Per device, where its pollers resume: last live boot, last transitionIds, ring head."""
+        return await positions.resume_points(self._db, devices)
 
     # --- retention and size -----------------------------------------------------------
 

@@ -6,9 +6,9 @@ and starts a new store (`agent.service.run.open_store`). Before anything else is
 new store:
 
 * the upstreams (so `backfill: all` is not applied a second time),
-* the tracker state: `device_state` (the last boot seen live per device) and every readable
-  BootObserved record (so a boot seen before is not announced again, and `previous_bootId`
-  of the next boot is the real one),
+* the tracker state: `device_state` (the last boot seen live per device), the resume points
+  (`channel_positions`, `ring_positions`) and every readable BootObserved record (so a boot
+  seen before is not announced again, and `previous_bootId` of the next boot is the real one),
 * every undelivered outbox row whose record could be read, with that record: a canonical
   event keeps its key (source, transitionId, bootId), payload and source time, and gets a
   new canonical id and one arrival (receiver `salvage`, arrival time = its first arrival);
@@ -74,6 +74,7 @@ class SalvageReport:
     outbox_rows: int  # outbox rows in the new store: undelivered ones taken over + last events'
     events: int  # canonical events taken over with undelivered outbox rows
     last_events: int  # delivered events taken as the last one recorded per source and bootId (sent again)
+    positions: int  # tracker resume points: last transitionId per channel and boot, ring heads
     boots: int
     anomalies: int  # gaps and anomalies
     identity_incomplete: int
@@ -90,7 +91,7 @@ class SalvageReport:
             f"salvaged {self.outbox_rows} outbox rows ({self.events} undelivered events, "
             f"{self.anomalies} gaps/anomalies, {self.identity_incomplete} identity-incomplete, "
             f"{self.last_events} delivered last events per source and boot, sent again), "
-            f"{self.boots} boots, {self.device_state} device states; "
+            f"{self.boots} boots, {self.device_state} device states, {self.positions} resume positions; "
             f"{self.unreadable_rows} rows could not be read; "
             f"{self.outbox_rows_lost} undelivered outbox rows could not be taken over"
         )
@@ -103,6 +104,7 @@ class _Taken:
     arrivals: dict[int, int] = field(default_factory=dict)  # old arrival id -> new
     events: int = 0
     last_events: int = 0
+    positions: int = 0
     anomalies: int = 0
     outbox_rows: int = 0
     outbox_rows_lost: int = 0
@@ -128,6 +130,7 @@ async def salvage_into(
         outbox_rows=taken.outbox_rows,
         events=taken.events,
         last_events=taken.last_events,
+        positions=taken.positions,
         boots=len(taken.boots),
         anomalies=taken.anomalies,
         identity_incomplete=len(taken.arrivals),
@@ -152,6 +155,8 @@ async def _salvage(
     upstreams = await t(dam.scan, "upstreams", "name, backfill, added_at")
     device_state = await t(dam.scan, "device_state", "device, last_live_boot")
     boots = await t(dam.scan, "boots", BOOT_COLUMNS)
+    channels = await t(dam.whole_table, "channel_positions", "source, boot_id, transition_id")
+    rings = await t(dam.whole_table, "ring_positions", "device, head")
     taken = _Taken()
     async with store._lock, store._transaction():
         db = store.db
@@ -165,6 +170,12 @@ async def _salvage(
             list(device_state.values()),
         )
         taken.boots.update(await _boots(db, boots))
+        # where each poller stood (the resume points): the next start resumes from the old store's
+        await db.executemany(
+            "INSERT OR IGNORE INTO channel_positions(source, boot_id, transition_id) VALUES (?,?,?)", channels
+        )
+        await db.executemany("INSERT OR IGNORE INTO ring_positions(device, head) VALUES (?,?)", rings)
+        taken.positions = len(channels) + len(rings)
     for lo, hi in await t(lambda: list(dam.ranges("outbox", STEP))):
         rows = await t(dam.scan_range, "outbox", OUTBOX_COLUMNS, lo, hi, "state = 'pending'")
         if rows:

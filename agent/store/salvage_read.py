@@ -129,6 +129,23 @@ class DamagedStore:
             found.update((int(r[0]), tuple(r[1:])) for r in rows)
         return found
 
+    def whole_table(self, table: str, columns: str) -> list[tuple[Any, ...]]:
+        """Every row of a small table without rowids (the tracker positions): all of it, or none
+        and the table counted as one unreadable row when it cannot be read. A store made before
+        the table existed has none."""
+        if self.con is None:
+            return []
+        try:
+            found = self.con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            )
+            if found.fetchone() is None:
+                return []
+            return [tuple(r) for r in self.con.execute(f"SELECT {columns} FROM {table}").fetchall()]
+        except sqlite3.Error:
+            self.lost(table)
+            return []
+
     def latest_events(self, step: int = 2000) -> Rows:
         """The readable canonical event with the highest id per (source, bootId): the last
         transition the store recorded for each, whether delivered or not (tracker state)."""

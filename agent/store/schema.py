@@ -18,6 +18,8 @@ Tables:
   retention_counts  what retention removed and how often a key horizon was passed
   live_state        the running service's state, for `status`
   review_marks      an operator's notes that a conflict or a pending arrival was reviewed
+  channel_positions per (source, bootId): the last transitionId a poller read (resume point)
+  ring_positions    per device: the ring head last read (resume point)
   store_meta        the store id (a UUID made with the store) and other facts about the file
 
 `events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
@@ -205,6 +207,27 @@ REVIEW_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(REVIEW_MIGRATION)
+
+
+# Where each poller stands, recorded with the reads that moved it: the agent resumes from here
+# after a restart (a stop, a crash, a power cut) instead of starting fresh.
+POSITIONS_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "tracker positions: last transitionId per source and boot, ring head per device",
+    [
+        """CREATE TABLE channel_positions(
+            source TEXT NOT NULL,
+            boot_id TEXT NOT NULL,
+            transition_id INTEGER NOT NULL,
+            PRIMARY KEY(source, boot_id)
+        ) STRICT, WITHOUT ROWID""",
+        """CREATE TABLE ring_positions(
+            device TEXT PRIMARY KEY,
+            head INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID""",
+    ],
+)
+MIGRATIONS.append(POSITIONS_MIGRATION)
 
 
 # The store id (contract section 4): a random UUID (version 4) made when the store is created

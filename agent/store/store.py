@@ -35,9 +35,11 @@ import aiosqlite
 
 from agent.core import decide
 from agent.core.contract import Anomaly, Delivery, Rejection
+from agent.core.snapshot import Positions
 from agent.store.batch import record_batch
 from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
 from agent.store.outbox import Outbox
+from agent.store.positions import record_positions
 from agent.store.review import Mark
 from agent.store.review import mark as review_mark
 from agent.store.schema import MIGRATIONS, Migration
@@ -187,16 +189,20 @@ class Store:
         *,
         boot_sightings: Sequence[decide.BootSighting] = (),
         anomalies: Sequence[Anomaly] = (),
+        positions: Sequence[Positions] = (),
         now: str | None = None,
     ) -> list[decide.Outcome]:
         """Decide and durably store one batch; returns one Outcome per item, in order.
 
         `boot_sightings` are boot ids read straight from controllers (pollers);
         boots carried by complete deliveries are found here. `now` stamps outbox
-        rows (defaults to the batch's last arrival time).
+        rows (defaults to the batch's last arrival time). `positions` (pollers) are where each
+        tracker stands after the reads of this batch: recorded in the same transaction.
         """
         stamp = now or (items[-1].arrival_at if items else "")
         async with self._lock, self._transaction():
-            return await record_batch(
+            outcomes = await record_batch(
                 self.db, self.path, items, boot_sightings, anomalies, stamp, self._upstreams
             )
+            await record_positions(self.db, positions)
+            return outcomes

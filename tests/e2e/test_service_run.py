@@ -1,7 +1,7 @@
 """`edge-agent run` as a real process: simulators, a real HTTP upstream, SIGTERM mid-flow, restart.
 
 Every transition the controllers made must be in the store once (one canonical) and upstream at least
-once; the restart re-reads the controllers (duplicates, not new events) and picks up what
+once; the restart resumes from the store (nothing new for what did not change) and picks up what
 happened while the agent was down from the controllers' ring buffers.
 """
 

@@ -206,3 +206,43 @@ def check(
         integrity=failures,
         tracebacks=log.read_text(errors="replace").count("Traceback") if log and log.exists() else 0,
     )
+
+
+@dataclass
+class Accounting:
+    """Every transition a simulator made, accounted for: canonical, inside a gap or overrun
+    record of its source and boot, or lost silently (the promise: none)."""
+
+    made: int
+    canonical: int
+    inside_gaps: int
+    lost_silently: list[Key]
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "made": self.made,
+            "canonical": self.canonical,
+            "inside_gaps": self.inside_gaps,
+            "lost_silently": len(self.lost_silently),
+        }
+
+
+def account(db: Path, made: Iterable[Key]) -> Accounting:
+    """Sort the made keys into canonical / inside a gap or overrun record / lost silently."""
+    keys = set(committed_keys(db))
+    con = connect_ro(db)
+    try:
+        ranges = con.execute(
+            "SELECT source, boot_id, from_value, to_value FROM anomalies WHERE kind IN ('gap', 'overrun')"
+        ).fetchall()
+    finally:
+        con.close()
+    gaps: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for source, boot, lo, hi in ranges:
+        gaps.setdefault((source, boot), []).append((int(lo), int(hi)))
+    made_set = set(made)
+    canonical = {k for k in made_set if k in keys}
+    inside = {
+        k for k in made_set - canonical if any(lo <= int(k[1]) <= hi for lo, hi in gaps.get((k[0], k[2]), []))
+    }
+    return Accounting(len(made_set), len(canonical), len(inside), sorted(made_set - canonical - inside))

@@ -181,10 +181,23 @@ async def test_a_damaged_store_is_replaced_by_one_that_holds_what_could_be_read(
 async def test_salvage_keeps_the_tracker_state_and_a_salvaged_event_stays_one_event(tmp_path: Path) -> None:
     db = tmp_path / "events.db"
     await build_old_store(db)
+    con = sqlite3.connect(db)  # where the pollers stood (written by the pollers' batches)
+    con.execute(
+        "INSERT INTO channel_positions VALUES ('PLC-00/Trip', 'B1', 1497), ('PLC-01/Trip', 'B1', 1498)"
+    )
+    con.execute("INSERT INTO ring_positions VALUES ('PLC-00', 12)")
+    con.commit()
+    con.close()
     overwrite_pages(db, random.Random(3), pages=2)
     store, _alarm, report = await reopen(db)
     try:
         assert report is not None and report.boots == 3 and report.device_state == 3
+        assert report.positions == 3
+        channels = await store.db.execute_fetchall("SELECT * FROM channel_positions ORDER BY source")
+        assert [tuple(r) for r in channels] == [("PLC-00/Trip", "B1", 1497), ("PLC-01/Trip", "B1", 1498)]
+        assert [tuple(r) for r in await store.db.execute_fetchall("SELECT * FROM ring_positions")] == [
+            ("PLC-00", 12)
+        ]
         live = dict(await store.db.execute_fetchall("SELECT device, last_live_boot FROM device_state"))
         assert live == {f"PLC-{n:02d}": "B1" for n in range(3)}
         keys = await store.db.execute_fetchall("SELECT transition_id FROM events")

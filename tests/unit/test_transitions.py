@@ -168,8 +168,11 @@ def test_a_snapshot_torn_across_a_boot_change_is_thrown_away() -> None:
     assert keys([again]) == [("1", "18")]
 
 
-def entry(seq: int, tid: int, boot: str | None = "17", channel: str | None = "Trip") -> RingItem:
-    return RingItem(seq, channel, tid, boot, "Trip", f"2026-04-22T08:00:0{seq % 10}.000Z")
+def entry(
+    seq: int, tid: int, boot: str | None = "17", channel: str | None = "Trip", at: str | None = None
+) -> RingItem:
+    """A ring slot holding what a live read of the same transition shows (``snap``'s content)."""
+    return RingItem(seq, channel, tid, boot, "Trip" if tid % 2 else "Normal", at)
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
-from agent.core.tracker import DeviceTracker
+from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog
 from agent.sources.modbus.answers import (
     BadResponse,
@@ -77,6 +77,7 @@ class ModbusSource:
         *,
         clock: Callable[[], str] = _now,
         max_gap: int = 16,
+        resume: Resume | None = None,
     ) -> None:
         self.dev, self.conn, self.clock = device, conn, clock
         self.device, self.receiver = device.name, conn.receiver
@@ -86,7 +87,7 @@ class ModbusSource:
             plan_blocks([f for _, f in channel_fields(ch)], max_gap=max_gap) for ch in device.channels
         ]
         self.ring_blocks = self._ring_blocks(max_gap)
-        self.tracker = DeviceTracker(device.name, ring_mapped=device.ring is not None)
+        self.tracker = DeviceTracker(device.name, ring_mapped=device.ring is not None, resume=resume)
         self.client: Any = None
         self.split_until = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver} unit {conn.unit})')

@@ -34,7 +34,7 @@ from agent.config.sources import Device, OpcUa
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, Snapshot
-from agent.core.tracker import DeviceTracker
+from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
@@ -59,10 +59,12 @@ def _now() -> str:
 class OpcUaSource:
     """One OPC UA connection of one device."""
 
-    def __init__(self, device: Device, conn: OpcUa, *, clock: Callable[[], str] = _now) -> None:
+    def __init__(
+        self, device: Device, conn: OpcUa, *, clock: Callable[[], str] = _now, resume: Resume | None = None
+    ) -> None:
         self.dev, self.conn, self.clock = device, conn, clock
         self.device, self.receiver = device.name, conn.receiver
-        self.tracker = DeviceTracker(device.name, ring_mapped=device.ring is not None)
+        self.tracker = DeviceTracker(device.name, ring_mapped=device.ring is not None, resume=resume)
         self.client: Any = None
         self.keys: list[str] = []
         self.nodes: list[Any] = []

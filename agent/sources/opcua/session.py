@@ -43,7 +43,23 @@ POLICY_CLASSES = {
 TOO_LARGE = ("BadRequestTooLarge", "BadResponseTooLarge")
 # What asyncua's decoder lets through for a malformed or hostile answer (a Variant nested
 # thousands deep is a RecursionError); mapped at this boundary so one server cannot stop the agent.
-UNDECODABLE = (RecursionError, struct.error, UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError)
+UNDECODABLE = (RecursionError, struct.error, UnicodeDecodeError)
+# These are decoding errors only when asyncua raised them; raised by our own code they are bugs,
+# which must reach the supervisor (logged with a traceback, counted), never pass as "undecodable".
+UNDECODABLE_IN_ASYNCUA = (ValueError, TypeError, IndexError, KeyError)
+
+
+def raised_in_asyncua(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of asyncua's code rather than ours: the innermost frame of its
+    traceback that is either asyncua's or ours is asyncua's (below it may be the standard
+    library, e.g. ``enum`` refusing a NodeIdType while asyncua decodes)."""
+    tb, owner = exc.__traceback__, ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.startswith(("asyncua.", "agent.")):
+            owner = module
+        tb = tb.tb_next
+    return owner.startswith("asyncua.")
 
 
 def undecodable(exc: BaseException) -> str:
@@ -73,6 +89,10 @@ def link_errors(refused: str, failed: str, answer: str, max_message_size: int) -
     except UA_ERRORS as exc:
         raise SourceUnavailable(f"{failed}: {exc or type(exc).__name__}") from exc
     except UNDECODABLE as exc:  # asyncua decodes a response in the awaiting task
+        raise SourceUnavailable(f"{refused}: {answer} cannot be decoded ({undecodable(exc)})") from exc
+    except UNDECODABLE_IN_ASYNCUA as exc:
+        if not raised_in_asyncua(exc):
+            raise
         raise SourceUnavailable(f"{refused}: {answer} cannot be decoded ({undecodable(exc)})") from exc
 
 
