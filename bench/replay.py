@@ -44,6 +44,7 @@ from agent.store.store import Store
 
 ARRIVAL = "2026-04-22T08:00:12.180Z"
 SITE, GW = "bench", "gw-bench"
+STORE_ID = "00000000-0000-4000-8000-000000000000"
 SOURCES = [f"PUMP-{d:02d}/Trip" for d in range(10)]
 
 
@@ -117,7 +118,13 @@ def same_events(total: int) -> list[Any]:
             ARRIVAL,
         )
         out.append(
-            encode(Entry(n + 1, "transition", n + 1, 1, ARRIVAL, rec), site=SITE, gateway=GW, replayed=False)
+            encode(
+                Entry(n + 1, "transition", n + 1, 1, ARRIVAL, rec),
+                site=SITE,
+                gateway=GW,
+                replayed=False,
+                store_id=STORE_ID,
+            )
         )
     return out
 

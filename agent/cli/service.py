@@ -152,12 +152,13 @@ async def collect_status(
     alive = process.alive(pid, (service or {}).get("process")) if pid is not None else None
     life = liveness(pid, alive, updated_at, age, stale_after_s)
     running = life.state == RUNNING
-    retention = None
+    retention, quota = None, None
     with contextlib.suppress(ConfigError, OSError):  # status works with --db alone, too
-        retention = load(config_path, check_files=False).store.retention
+        store_cfg = load(config_path, check_files=False).store
+        retention, quota = store_cfg.retention, store_cfg.max_size
     high_water = retention.high_water if isinstance(retention, RetentionSettings) else 0.8
     keep = retention.payloads.days if isinstance(retention, RetentionSettings) else None
-    b = budget.assess(await reader.measure(now, None), high_water, keep)
+    b = budget.assess(await reader.measure(now, quota), high_water, keep)
     upstreams = [asdict(c) for c in await reader.outbox_counts()]
     return {
         "now": format_timestamp(now),
@@ -347,6 +348,8 @@ def _store_lines(st: dict[str, Any]) -> list[str]:
     out = ["", f"store: {st['path']}  {size:.1f} MB, filesystem free {free:.1f} GB"]
     if st.get("days_that_fit") is not None:
         out.append(f"  history that fits at the current rate: {days_ahead(st['days_that_fit'])}")
+    if st.get("days_until_full") is not None:
+        out.append(f"  room left at the current rate: {days_ahead(st['days_until_full'])}")
     if st.get("warning"):
         out.append(f"  WARNING: {st['warning']}")
     if st.get("problem"):

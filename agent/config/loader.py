@@ -45,6 +45,7 @@ from agent.config.sources import (
     OpcUaSecurity,
     Ring,
 )
+from agent.config.store_size import DEFAULT_RESERVE, quota_problem
 from agent.config.units import parse_duration, parse_size
 from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream, Upstream
 from agent.config.yaml_lines import (
@@ -96,6 +97,7 @@ class StoreConfig:
     synchronous: str = "FULL"
     max_size: int | None = None
     retention: RetentionSettings | None = None  # None: no `retention:` section, nothing is pruned
+    reserve: int = DEFAULT_RESERVE  # bytes kept free for shutdown, alarms and delivered-marks
 
 
 @dataclass(frozen=True)
@@ -204,9 +206,12 @@ def _store(s: _Section) -> StoreConfig:
     path = s.get("path", _text, "", required=True)
     sync = s.get("synchronous", lambda v: _one_of("FULL", "EXTRA", "NORMAL")(str(v).upper()), "FULL")
     max_size = s.get("max_size", parse_size, None)
+    reserve = s.get("reserve", parse_size, DEFAULT_RESERVE)
+    if (why := quota_problem(max_size, reserve)) is not None:
+        s.problem("max_size", why)
     retention = read_retention(s.sub("retention")) if s.has("retention") else None
     s.finish()
-    return StoreConfig(path, sync, max_size, retention)
+    return StoreConfig(path, sync, max_size, retention, reserve)
 
 
 def _metrics(s: _Section) -> Metrics:

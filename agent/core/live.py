@@ -62,6 +62,7 @@ class ServiceLive:
     recorder: dict[str, Any] = field(default_factory=dict)
     store_problem: str | None = None
     tasks: list[TaskLive] = field(default_factory=list)
+    salvage: dict[str, Any] | None = None  # what a new store took from a damaged one at this start
 
     def connection(self, device: str, receiver: str) -> ConnectionLive:
         for c in self.connections:

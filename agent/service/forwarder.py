@@ -95,6 +95,7 @@ class Forwarder:
         idle_poll_s: float = 0.5,
     ) -> None:
         self.outbox = store.outbox
+        self.store_id = store.store_id
         self.sink = sink
         self.upstream = upstream
         self.site = site
@@ -167,7 +168,10 @@ class Forwarder:
         for i, entry in enumerate(entries):
             replayed = self._outage or entry.attempt > 1 or entry.outbox_id <= self._replay_until
             try:
-                events.append(encode(entry, site=self.site, gateway=self.gateway, replayed=replayed))
+                event = encode(
+                    entry, site=self.site, gateway=self.gateway, replayed=replayed, store_id=self.store_id
+                )
+                events.append(event)
                 slots.append(i)
             except EncodeError as exc:
                 outcomes[i] = rejected(str(exc))

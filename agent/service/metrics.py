@@ -4,8 +4,9 @@ Reads only the snapshot the status writer hands it: never the store, never a liv
 The exporter serves from its own thread; it reads a snapshot dict that the service's status
 loop replaces every few seconds (one assignment, so a scrape never sees half an update).
 Counts are kept apart as everywhere: polls, read errors, decisions by kind (arrivals),
-boots, gaps and anomalies, backlog, delivery attempts, dead letters, store size, and the
-failures and restarts of each supervised task.
+boots, gaps and anomalies, backlog, delivery attempts, dead letters, store size, the
+failures and restarts of each supervised task, and what a salvage of a damaged store took
+and could not read.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class SnapshotCollector(Collector):
         yield from _recording(snap)
         yield from _upstreams(snap)
         yield from _tasks(snap)
+        yield from _salvage(snap)
         yield GaugeMetricFamily(
             "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
         )
@@ -67,6 +69,29 @@ def _recording(snap: dict[str, Any]) -> Iterator[Metric]:
         ("edge_agent_store_write_failures", "store_errors", "Failed store commits (disk or quota full)"),
     ):
         yield CounterMetricFamily(name, text, value=rec.get(key, 0))
+
+
+def _salvage(snap: dict[str, Any]) -> Iterator[Metric]:
+    """What a new store took from a damaged one at this start (all 0 when none was damaged)."""
+    got = snap.get("salvage") or {}
+    for name, key, text in (
+        (
+            "edge_agent_salvaged_outbox_rows",
+            "outbox_rows",
+            "Outbox rows a salvage of a damaged store put in the new one",
+        ),
+        (
+            "edge_agent_salvage_unreadable_rows",
+            "unreadable_rows",
+            "Rows of a damaged store that could not be read",
+        ),
+        (
+            "edge_agent_salvage_outbox_rows_lost",
+            "outbox_rows_lost",
+            "Undelivered outbox rows of a damaged store whose record could not be taken over",
+        ),
+    ):
+        yield GaugeMetricFamily(name, text, value=got.get(key, 0))
 
 
 def _upstreams(snap: dict[str, Any]) -> Iterator[Metric]:

@@ -26,17 +26,33 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from agent.core.contract import Delivery, format_timestamp
 from agent.core.decide import Outcome
-from agent.core.errors import StoreCorrupt, StoreError
+from agent.core.errors import StoreCorrupt, StoreError, StoreFull
 from agent.core.snapshot import Observations
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
 
 CommitHook = Callable[[Sequence[Observations], Sequence[Outcome]], None]
+
+
+class WhenFull(Protocol):
+    """What the service keeps for a full store (`agent.service.room.StoreRoom`)."""
+
+    async def full(self) -> None:
+        """The store refused a write as full: give back what is kept for the must-commit writes."""
+
+    def may_write(self) -> bool:
+        """False while new observations would only fill what was given back."""
+
+    async def last_chance(self) -> None:
+        """At shutdown, with observations held: open everything kept, for one last commit."""
+
+    async def recovered(self) -> None:
+        """The store took writes again: keep room again when there is some."""
 
 
 def _now() -> str:
@@ -50,6 +66,7 @@ class RecorderStats:
     boots: int = 0
     anomalies: int = 0
     store_errors: int = 0
+    lost: int = 0  # observations given up at shutdown (store full, or cut short): never silent
 
 
 class Recorder:
@@ -64,6 +81,7 @@ class Recorder:
         on_commit: CommitHook | None = None,
         clock: Callable[[], str] = _now,
         retry_s: float = 1.0,
+        room: WhenFull | None = None,
     ) -> None:
         self.store = store
         self.max_batch = max_batch
@@ -73,12 +91,25 @@ class Recorder:
         self.retry_s = retry_s
         self._commit_started: float | None = None
         self.store_problem: str | None = None
+        self.room = room
+        self._queued = 0  # observations in the queue
         self._queue: asyncio.Queue[Observations] = asyncio.Queue(queue_size)
         self._held: list[Observations] | None = None  # a batch whose commit failed unexpectedly
 
     async def submit(self, obs: Observations) -> None:
-        """Queue one poll's observations; waits only when the store is far behind."""
-        await self._queue.put(obs)
+        """Queue one poll's observations; waits only when the store is far behind. A poller
+        cancelled while it waits here (a stop cut short) has its observations counted as lost."""
+        try:
+            await self._queue.put(obs)
+        except asyncio.CancelledError:
+            self.stats.lost += _count(obs)
+            raise
+        self._queued += _count(obs)
+
+    def uncommitted(self) -> int:
+        """Observations accepted and not committed: the queue and the batch in hand."""
+        held = sum(_count(o) for o in self._held) if self._held is not None else 0
+        return held + self._queued
 
     def healthy(self, max_commit_s: float) -> bool:
         """False when one commit has been running for more than `max_commit_s` (a stuck store)."""
@@ -108,7 +139,7 @@ class Recorder:
     async def _first(self, stop: asyncio.Event, stopping: asyncio.Future[Any]) -> Observations | None:
         """The next queued observations, waiting for them; None when woken by ``stop``."""
         if not self._queue.empty():
-            return self._queue.get_nowait()
+            return self._took(self._queue.get_nowait())
         if stop.is_set():
             return None
         getter = asyncio.ensure_future(self._queue.get())
@@ -116,14 +147,18 @@ class Recorder:
         if not getter.done():
             getter.cancel()
             return None
-        return getter.result()
+        return self._took(getter.result())
+
+    def _took(self, obs: Observations) -> Observations:
+        self._queued -= _count(obs)
+        return obs
 
     def _batch_from(self, first: Observations) -> list[Observations]:
         """`first` and whatever else is queued, up to ``max_batch`` deliveries (group commit)."""
         batch = [first]
         size = len(first.deliveries)
         while not self._queue.empty() and size < self.max_batch:
-            obs = self._queue.get_nowait()
+            obs = self._took(self._queue.get_nowait())
             batch.append(obs)
             size += len(obs.deliveries)
         return batch
@@ -132,8 +167,14 @@ class Recorder:
         """Commit, and while the store cannot be written (disk or quota full, locked), keep the
         batch in memory and retry every `retry_s` seconds: the queue fills, pollers wait on
         `submit`, and the controllers' ring buffers are the backstop. Said loudly once per
-        change of problem; resumes by itself when space is freed. Gives up only at shutdown."""
-        self._held = list(batch)  # until committed: an unexpected exception keeps it for the restart
+        change of problem; resumes by itself when space is freed. A full store first gives back
+        its reserve (`room`) for the writes that must commit, and the recorder retries only
+        when there is more room than that. At shutdown the reserve is opened for one last
+        commit; what still does not commit is counted as lost (the service then exits non-zero)."""
+        # Until committed: an unexpected exception keeps it for the restart, and a stop that
+        # cancels this task leaves it counted as uncommitted.
+        self._held = list(batch)
+        last_chance = False
         while True:
             self._commit_started = time.monotonic()
             try:
@@ -141,17 +182,25 @@ class Recorder:
             except StoreCorrupt:
                 raise  # fatal: the service stops and the damaged store is moved aside at the next start
             except StoreError as exc:
-                self.stats.store_errors += 1
-                if self.store_problem != str(exc):
-                    n = sum(len(o.deliveries) for o in batch)
-                    log.error("store write failed; holding %d deliveries and retrying: %s", n, exc)
-                self.store_problem = str(exc)
+                self._failed(batch, exc)
+                if isinstance(exc, StoreFull) and self.room is not None:
+                    await self.room.full()
                 if stop.is_set():
-                    log.error("shutting down with %d uncommitted observations (store: %s)", len(batch), exc)
+                    if isinstance(exc, StoreFull) and self.room is not None and not last_chance:
+                        last_chance = True
+                        await self.room.last_chance()
+                        continue
+                    held = sum(_count(o) for o in batch)
+                    self.stats.lost += held
+                    log.error(
+                        "shutting down with %d uncommitted observations, lost to this store "
+                        "(the controllers' ring buffers may still hold them): %s",
+                        held,
+                        exc,
+                    )
                     self._held = None
                     return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.retry_s)
+                await self._wait_for_room(stop)
                 continue
             finally:
                 self._commit_started = None
@@ -159,7 +208,24 @@ class Recorder:
             if self.store_problem is not None:
                 log.warning("store writable again after %d failed attempts", self.stats.store_errors)
                 self.store_problem = None
+                if self.room is not None:
+                    await self.room.recovered()
             return
+
+    def _failed(self, batch: Sequence[Observations], exc: StoreError) -> None:
+        self.stats.store_errors += 1
+        if self.store_problem != str(exc):
+            n = sum(len(o.deliveries) for o in batch)
+            log.error("store write failed; holding %d deliveries and retrying: %s", n, exc)
+        self.store_problem = str(exc)
+
+    async def _wait_for_room(self, stop: asyncio.Event) -> None:
+        """Wait `retry_s`, and longer while the room says new writes would only fill the reserve."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.retry_s)
+            if stop.is_set() or self.room is None or self.room.may_write():
+                return
 
     async def commit(self, batch: Sequence[Observations]) -> list[Outcome]:
         """Record one batch in one transaction. Returns the outcomes."""
@@ -183,3 +249,8 @@ class Recorder:
         if self.on_commit is not None:
             self.on_commit(batch, outcomes)
         return outcomes
+
+
+def _count(obs: Observations) -> int:
+    """What one poll handed over: deliveries, boot sightings and anomalies."""
+    return len(obs.deliveries) + len(obs.boots) + len(obs.anomalies)

@@ -4,7 +4,7 @@ Wires the rooms together and owns the order of start and stop; holds no SQL, no 
 no stop bounds of its own (those are `agent.service.shutdown.StopBudget`).
 
 Lifecycle (`edge-agent run`):
-  start     open the store (a damaged store is moved aside, see `open_store`), register
+  start     open the store (a damaged store is moved aside and salvaged, see `open_store`), register
             upstreams, start recorder, pollers, forwarders, status writer and retention;
             READY=1 once all are started.
   running   one failing device or upstream never stops the rest: sources reconnect with
@@ -15,7 +15,9 @@ Lifecycle (`edge-agent run`):
             WATCHDOG=1 only while the status loop runs and the recorder is not stuck
             inside one commit. A fatal store error stops the service (exit 74).
   SIGTERM   STOPPING=1; stop polling; let the recorder commit what was read; give the
-            forwarders a bounded drain; close sinks; close the store; exit 0.
+            forwarders a bounded drain; close sinks; close the store; exit 0, or exit 75
+            (EX_LOST) when observations read could not be committed (a full store even after
+            its reserve was opened, or a step cut short): the log says how many.
 
 The order matters: a poll in flight finishes and is committed before the store closes, so
 what the controllers showed is never half recorded. Each step has its bound and the whole
@@ -29,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,6 +49,7 @@ from agent.core.wording import counted
 from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
 from agent.service.recorder import Recorder
+from agent.service.room import StoreRoom
 from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
@@ -53,9 +57,17 @@ from agent.service.supervisor import FATAL_STORE_EXIT, Fatal, Supervisor
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
 from agent.store.reader import Reader
+from agent.store.replace import finish_interrupted, replace_damaged
+from agent.store.reserve import Reserve
+from agent.store.salvage import SalvageReport
 from agent.store.store import Store
+from agent.store.wal_check import wal_damage
 
 log = logging.getLogger(__name__)
+
+EX_LOST = 75
+"""Exit code of a stop that could not commit observations it had read (EX_TEMPFAIL): they are
+counted in the log; the unit restarts the service, and the controllers' rings may hold them."""
 
 Clock = Callable[[], datetime]
 
@@ -64,25 +76,74 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-async def open_store(path: str, cfg: Config, clock: Clock = utc_now) -> tuple[Store, str | None]:
+async def open_store(
+    path: str, cfg: Config, clock: Clock = utc_now
+) -> tuple[Store, str | None, SalvageReport | None]:
     """Open the store; a damaged one is moved aside (database, WAL and SHM together) and a new
-    store is started, so a corrupt file never becomes a crash loop. Returns (store, alarm)."""
+    store takes its place holding what could still be read from it (`agent.store.replace`),
+    so a corrupt file never becomes a crash loop. Returns (store, alarm, salvage report)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    now = format_timestamp(clock())
+
+    async def open_new(new_path: str) -> Store:
+        return await Store.open(new_path, synchronous=cfg.store.synchronous)
+
+    report = await finish_interrupted(path, open_new, now, _salvage_progress)
+    alarm = (
+        None if report is None else _salvage_alarm("a salvage interrupted by a crash was done again", report)
+    )
+    wal_alarm = await _check_wal(path, clock)
+    alarm = "; ".join(a for a in (alarm, wal_alarm) if a) or None
     try:
-        return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=cfg.store.max_size), None
+        return await _open(path, cfg), alarm, report
     except StoreCorrupt as exc:
         stamp = clock().strftime("%Y%m%dT%H%M%SZ")
-        moved = []
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(path + suffix)
-            if src.exists():
-                dst = Path(f"{path}.corrupt-{stamp}{suffix}")
-                src.rename(dst)
-                moved.append(str(dst))
+        log.error(
+            "store was damaged (%s); moving it aside and salvaging what can be read into a new store", exc
+        )
+        moved, report = await replace_damaged(path, stamp, open_new, now, _salvage_progress)
         alarm = f"store was damaged ({exc}); moved aside to {', '.join(moved)}; a new store was started"
+        if report is not None:
+            alarm = _salvage_alarm(alarm, report)
         log.error("ALARM %s", alarm)
-        store = await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=cfg.store.max_size)
-        return store, alarm
+        return await _open(path, cfg), alarm, report
+
+
+def _salvage_progress(rows: int) -> None:
+    """Tell systemd the start goes on (a large backlog takes a while to salvage: 4,000-7,000
+    rows a second measured, `bench/salvage.py`), so `TimeoutStartSec` does not kill it."""
+    sdnotify.notify(
+        f"EXTEND_TIMEOUT_USEC=60000000\nSTATUS=salvaging a damaged store: {rows} outbox rows taken"
+    )
+
+
+def _salvage_alarm(alarm: str, report: SalvageReport) -> str:
+    log.error("ALARM salvage from %s: %s", report.damaged_file, report.summary())
+    return f"{alarm}; {report.summary()}"
+
+
+async def _check_wal(path: str, clock: Clock) -> str | None:
+    """An alarm when the WAL holds commits SQLite will drop (`agent.store.wal_check`); the WAL
+    is copied aside first, for analysis, since opening the store ends it."""
+    wal = f"{path}-wal"
+    damage = await asyncio.to_thread(wal_damage, wal)
+    if damage is None:
+        return None
+    copy = f"{path}.wal-damaged-{clock().strftime('%Y%m%dT%H%M%SZ')}"
+    try:
+        await asyncio.to_thread(shutil.copyfile, wal, copy)
+        kept = f"a copy of the WAL is at {copy}"
+    except OSError as exc:
+        kept = f"the WAL could not be copied aside ({exc})"
+    alarm = f"store WAL was damaged: {damage.describe()}; {kept}"
+    log.error("ALARM %s", alarm)
+    return alarm
+
+
+async def _open(path: str, cfg: Config) -> Store:
+    """The store, its database held to `max_size - reserve` (see `agent.store.reserve`)."""
+    quota = Reserve(path, cfg.store.reserve, cfg.store.max_size).database_quota
+    return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=quota)
 
 
 @dataclass
@@ -123,13 +184,17 @@ class Service:
         self.ready = asyncio.Event()
         self.supervisor = Supervisor(Fatal(asyncio.Event()), tasks=self.live.tasks)
         self.resume: dict[str, Resume] = {}
+        self.reserve = Reserve(self.path, cfg.store.reserve, cfg.store.max_size)
+        self._recorder: Recorder | None = None
 
     def now(self) -> str:
         return format_timestamp(self.clock())
 
     async def run(self, stop: asyncio.Event) -> int:
-        store, alarm = await open_store(self.path, self.cfg, self.clock)
+        store, alarm, salvaged = await open_store(self.path, self.cfg, self.clock)
         self.live.store_problem = alarm
+        self.live.salvage = salvaged.as_dict() if salvaged is not None else None
+        await asyncio.to_thread(self.reserve.ensure)
         fatal = self.supervisor.fatal = Fatal(stop)  # a fatal store error ends this run
         stopping: StopSequence | None = None
         try:
@@ -141,11 +206,25 @@ class Service:
         if fatal.error is not None:
             log.critical("stopped after a fatal store error in %s: %s", fatal.task, fatal.error)
             return FATAL_STORE_EXIT
+        lost = self._lost()
+        if lost:
+            log.error(
+                "stopped with %d observations that could not be committed: lost to this store "
+                "(the controllers' ring buffers may still hold them); exit %d",
+                lost,
+                EX_LOST,
+            )
+            return EX_LOST
         if stopping is not None and stopping.cut_short:
             log.warning("stopped; cut short: %s", ", ".join(stopping.cut_short))
         else:
             log.info("stopped cleanly")
         return 0
+
+    def _lost(self) -> int:
+        """Observations given up at the stop: counted by the recorder, or still in its hands."""
+        rec = self._recorder
+        return 0 if rec is None else rec.stats.lost + rec.uncommitted()
 
     async def _run(self, store: Store, stop: asyncio.Event) -> StopSequence:
         running = self._prepare(store)
@@ -181,7 +260,8 @@ class Service:
 
             self.status.collector = metrics.SnapshotCollector()
             metrics.serve(cfg.metrics.listen, self.status.collector)
-        return _Running(store, Recorder(store, on_commit=committed), forwarders)
+        self._recorder = Recorder(store, on_commit=committed, room=StoreRoom(store, self.reserve))
+        return _Running(store, self._recorder, forwarders)
 
     def _start_tasks(self, tg: asyncio.TaskGroup, r: _Running) -> None:
         cfg, sup = self.cfg, self.supervisor

@@ -15,9 +15,11 @@ for an id the controller gave.
 | boot_observed       | boot_observed         | site/pct(device)           | pct(bootId)                   |
 | gap                 | gap                   | the channel's source       | gap:pct(boot):pct(a):pct(b)   |
 | wrap/reset/overrun  | anomaly               | the channel's source       | <kind>:pct(boot):pct(a):pct(b)|
-| identity_incomplete | identity_incomplete   | site/pct(gateway)          | the arrival id                |
+| identity_incomplete | identity_incomplete   | site/pct(gateway)          | store id:arrival id           |
 
-(a, b: first and last missing value for a gap or overrun; old and new value for a wrap or reset.)
+(a, b: first and last missing value for a gap or overrun; old and new value for a wrap or reset.
+The store id is the UUID made with the store file: arrival ids start again at 1 in a replaced
+store, so the arrival id alone could name two different records upstream.)
 
 The stored JSON texts (payload, evidence) are canonical JSON already, so
 they are spliced into the body as they are instead of parsed and re-dumped.
@@ -78,8 +80,11 @@ class _Parts:
     data_json: str
 
 
-def encode(entry: Entry, *, site: str, gateway: str, replayed: bool) -> Event:
-    """The CloudEvent of one claimed outbox entry. Raises EncodeError when it has none."""
+def encode(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: str) -> Event:
+    """The CloudEvent of one claimed outbox entry. Raises EncodeError when it has none.
+
+    `store_id` is the UUID of the store the entry was claimed from (`Store.store_id`).
+    """
     rec = entry.record
     try:
         if isinstance(rec, Transition):
@@ -89,7 +94,7 @@ def encode(entry: Entry, *, site: str, gateway: str, replayed: bool) -> Event:
         elif isinstance(rec, ChannelAnomaly):
             parts = _anomaly(rec, site)
         elif isinstance(rec, IdentityIncomplete):
-            parts = _incomplete(rec, site, gateway)
+            parts = _incomplete(rec, site, gateway, store_id)
         else:
             raise EncodeError(f"outbox row {entry.outbox_id}: its {entry.kind} record {entry.ref_id} is gone")
     except contract.ContractError as exc:
@@ -184,7 +189,9 @@ def _anomaly(r: ChannelAnomaly, site: str) -> _Parts:
     )
 
 
-def _incomplete(r: IdentityIncomplete, site: str, gateway: str) -> _Parts:
+def _incomplete(r: IdentityIncomplete, site: str, gateway: str, store_id: str) -> _Parts:
+    if not store_id:
+        raise EncodeError(f"arrival {r.arrival_id}: the store has no store id, so its record has no id")
     data = {
         "source": r.source,
         "transitionId": r.transition_id,
@@ -196,7 +203,7 @@ def _incomplete(r: IdentityIncomplete, site: str, gateway: str) -> _Parts:
     }
     return _Parts(
         source=contract.ce_device_source(site, gateway),
-        id=str(r.arrival_id),
+        id=f"{store_id}:{r.arrival_id}",
         type=contract.IDENTITY_INCOMPLETE_TYPE,
         device=device_of(r.source) if r.source else NO_CHANNEL,
         channel=(channel_of(r.source) if r.source else None) or NO_CHANNEL,

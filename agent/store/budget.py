@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from agent.store.store import Store
 
 RATE_WINDOW = timedelta(days=7)
+WAL_ROOM = 1024 * 1024
+"""Below this much free space on its filesystem the store counts as full whatever pages are free
+inside the file: every commit first grows the WAL, which lives on the filesystem."""
 
 
 async def _all(db: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
@@ -54,7 +57,7 @@ class Budget:
     fs_free_bytes: int
     bytes_per_day: float | None  # None: no arrivals in the rate window
     days_that_fit: float | None  # days of history the whole budget holds at this rate
-    days_until_full: float | None  # if nothing were pruned
+    days_until_full: float | None  # if nothing were pruned; 0 when the filesystem is full now
     warning: str | None
 
 
@@ -75,7 +78,13 @@ def assess(f: SizeFacts, high_water: float, keep_days: float | None = None) -> B
     fit = budget / rate if rate else None
     days = (budget - live) / rate if rate else None
     warning = None
-    if share >= high_water:
+    if f.fs_free_bytes < WAL_ROOM:
+        days = 0.0
+        warning = (
+            f"the store's filesystem has {f.fs_free_bytes} bytes free: the store is full now "
+            "(free space on the filesystem, or delete other files there)"
+        )
+    elif share >= high_water:
         warning = (
             f"store uses {share:.0%} of its budget ({live} of {budget} bytes), above the high-water mark "
             f"{high_water:.0%}; shorten store.retention horizons or raise store.max_size"

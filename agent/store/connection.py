@@ -218,6 +218,15 @@ async def _next_migration(
     return None
 
 
+async def read_store_id(db: aiosqlite.Connection) -> str:
+    """The UUID made with the store (`store_meta`), or "" for a store older than its migration."""
+    try:
+        rows = list(await db.execute_fetchall("SELECT value FROM store_meta WHERE name = 'store_id'"))
+    except sqlite3.OperationalError:  # no store_meta table: a store at an older schema version
+        return ""
+    return str(rows[0][0]) if rows else ""
+
+
 class WriteTransaction:
     """`async with WriteTransaction(db, path):` BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on error.
 

@@ -14,7 +14,8 @@ data, and an old capture imported late is pruned late, never early.
 Space comes back with `PRAGMA incremental_vacuum(N)` (the store is created
 with `auto_vacuum=INCREMENTAL`), N pages per step, each step under the lock:
 no step needs more free disk than N pages of WAL, unlike a full VACUUM that
-needs a second copy of the database.
+needs a second copy of the database. Then `PRAGMA wal_checkpoint(TRUNCATE)`
+gives the WAL's own space back, so the WAL never keeps what pruning freed.
 
 A crash at any point loses at most the batch in flight; nothing is pruned
 that the rules keep, because each batch re-checks them inside its
@@ -245,8 +246,11 @@ async def reclaim(store: Store, pages_per_step: int) -> int:
         if after >= free:
             break
     if freed:
+        # TRUNCATE, not PASSIVE: the pages just given back must not stay taken by a WAL that grew
+        # while pruning (a full disk would see no room come back). It waits for readers for at
+        # most the busy timeout; a reader that holds on leaves the WAL as it is until next time.
         async with store._lock:
-            await _all(store.db, "PRAGMA wal_checkpoint(PASSIVE)")
+            await _all(store.db, "PRAGMA wal_checkpoint(TRUNCATE)")
     return freed
 
 

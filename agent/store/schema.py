@@ -20,6 +20,7 @@ Tables:
   review_marks      an operator's notes that a conflict or a pending arrival was reviewed
   channel_positions per (source, bootId): the last transitionId a poller read (resume point)
   ring_positions    per device: the ring head last read (resume point)
+  store_meta        the store id (a UUID made with the store) and other facts about the file
 
 `events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
 `counter`, `event_id` or `window` (agent/core/basis.py).
@@ -256,3 +257,25 @@ ALARMS_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(ALARMS_MIGRATION)
+
+
+# The store id (contract section 4): a random UUID (version 4) made when the store is created
+# and kept inside it. Upstream, identity-incomplete records are identified by
+# `<store id>:<arrival id>`, so arrival ids that start again at 1 in a replaced store never
+# meet the old ones. A store made before this migration gets its id when it is migrated.
+STORE_ID_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "store id: a random UUID made with the store",
+    [
+        """CREATE TABLE store_meta(
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        ) STRICT, WITHOUT ROWID""",
+        """INSERT INTO store_meta(name, value)
+            SELECT 'store_id', lower(substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-4' || substr(h, 14, 3)
+                || '-' || substr('89ab', 1 + (abs(random()) % 4), 1) || substr(h, 18, 3)
+                || '-' || substr(h, 21, 12))
+            FROM (SELECT hex(randomblob(16)) AS h)""",
+    ],
+)
+MIGRATIONS.append(STORE_ID_MIGRATION)

@@ -39,7 +39,7 @@ from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.core.snapshot import Positions
 from agent.store.alarm_memory import alarm_memory
 from agent.store.batch import record_batch
-from agent.store.connection import WriterConnection, WriteTransaction, open_writer
+from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
 from agent.store.outbox import Outbox
 from agent.store.positions import record_positions
 from agent.store.review import Mark
@@ -58,7 +58,8 @@ _BACKFILL = (
 class Store:
     """The only writer of identity decisions. Use `await Store.open(path)`; close with `await close()`.
 
-    `outbox` claims, settles, counts and requeues outbox rows on this store.
+    `outbox` claims, settles, counts and requeues outbox rows on this store; `store_id` is the
+    UUID made with the store file (a replaced or salvaged store has a new one).
     """
 
     def __init__(self, db: aiosqlite.Connection, path: str) -> None:
@@ -68,6 +69,7 @@ class Store:
         self._lock = self._writer.lock
         self._upstreams: list[str] = []
         self.outbox = Outbox(self._writer)
+        self.store_id = ""  # the UUID made with the store (contract section 4); set by `open`
 
     @classmethod
     async def open(
@@ -93,6 +95,7 @@ class Store:
         store = cls(db, spath)
         try:
             store._upstreams = await store._upstream_names()
+            store.store_id = await read_store_id(db)
         except BaseException:
             await db.close()
             raise
@@ -100,6 +103,15 @@ class Store:
 
     async def close(self) -> None:
         await self.db.close()
+
+    async def set_quota(self, max_bytes: int | None) -> None:
+        """Let the database grow to `max_bytes` from now on (this connection; None: no quota).
+
+        The service opens its reserve this way when the quota is reached at SIGTERM."""
+        async with self._lock:
+            rows = list(await self.db.execute_fetchall("PRAGMA page_size"))
+            pages = 4294967294 if max_bytes is None else max(1, max_bytes // int(rows[0][0]))
+            await self.db.execute(f"PRAGMA max_page_count={int(pages)}")
 
     async def __aenter__(self) -> Store:
         return self

@@ -67,11 +67,16 @@ def write_config(
     poll: str = "100ms",
     max_size: str | None = None,
     device_backoff: tuple[str, str] = ("100ms", "1s"),
+    reserve: str | None = None,
 ) -> Path:
     doc: dict[str, Any] = {
         "site": SITE,
         "gateway": "gw-faults",
-        "store": {"path": str(store), **({"max_size": max_size} if max_size else {})},
+        "store": {
+            "path": str(store),
+            **({"max_size": max_size} if max_size else {}),
+            **({"reserve": reserve} if reserve else {}),
+        },
         "upstreams": upstreams,
         "devices": devices,
     }
@@ -249,7 +254,7 @@ class Load:
 @contextlib.asynccontextmanager
 async def rig(
     work: Path, *, devices: int = 4, poll: str = "100ms", batch_size: int = 100, max_size: str | None = None,
-    store: Path | None = None, ring: int = 10,
+    store: Path | None = None, ring: int = 10, reserve: str | None = None,
 ) -> AsyncIterator[tuple[Plant, Receiver, AgentProcess, Load]]:  # fmt: skip
     """A Modbus plant, a recording HTTP receiver, an agent configured for both (not started)."""
     async with Plant(controllers(devices, ring=ring), opcua_port=None) as plant, Receiver(keep=True) as rx:
@@ -260,6 +265,7 @@ async def rig(
             upstreams=[http_upstream(rx.url, batch_size=batch_size)],
             poll=poll,
             max_size=max_size,
+            reserve=reserve,
         )
         agent = AgentProcess(cfg, work / "agent.log")
         try:

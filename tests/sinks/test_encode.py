@@ -13,6 +13,7 @@ from agent.sinks.encode import EncodeError, Event, batch_body, encode, render_to
 
 SITE = "plant-1"
 GW = "gw-line3"
+STORE_ID = "6f1c2b9e-3d4a-4c5b-9e8f-0a1b2c3d4e5f"
 
 
 def tr(
@@ -32,7 +33,7 @@ def entry(rec: Record | None, attempt: int = 1, kind: str = "transition") -> Ent
 
 
 def ce(rec: Record, *, attempt: int = 1, replayed: bool = False, kind: str = "transition") -> dict[str, Any]:
-    ev = encode(entry(rec, attempt, kind), site=SITE, gateway=GW, replayed=replayed)
+    ev = encode(entry(rec, attempt, kind), site=SITE, gateway=GW, replayed=replayed, store_id=STORE_ID)
     doc = json.loads(ev.body)
     assert (doc["source"], doc["id"], doc["type"]) == (ev.ce_source, ev.ce_id, ev.ce_type)
     return doc  # type: ignore[no-any-return]
@@ -116,18 +117,19 @@ def test_transition_source_and_id(rec: Transition, source: str, ident: str) -> N
 
 
 def test_identity_does_not_depend_on_attempt_replay_or_arrival() -> None:
-    a = encode(entry(tr(), 1), site=SITE, gateway=GW, replayed=False)
+    a = encode(entry(tr(), 1), site=SITE, gateway=GW, replayed=False, store_id=STORE_ID)
     b = encode(
         entry(Transition(9, "PUMP-07/Trip", "T91", "B17", None, "{}", "2030-01-01T00:00:00.000Z"), 7),
         site=SITE,
         gateway="other-gw",
         replayed=True,
+        store_id="another-store",
     )
     assert (a.ce_source, a.ce_id, a.idempotency_key) == (b.ce_source, b.ce_id, b.idempotency_key)
 
 
 def test_idempotency_key_is_sha256_of_source_newline_id() -> None:
-    ev = encode(entry(tr()), site=SITE, gateway=GW, replayed=False)
+    ev = encode(entry(tr()), site=SITE, gateway=GW, replayed=False, store_id=STORE_ID)
     assert ev.idempotency_key == hashlib.sha256(b"plant-1/PUMP-07/Trip\nB17:T91").hexdigest()
 
 
@@ -175,8 +177,8 @@ def test_time_is_left_out_when_the_source_gave_none() -> None:
             "identity_incomplete",
             "io.edgeagent.identity_incomplete",
             "plant-1/gw-line3",
-            "77",
-            id="an identity incomplete arrival is the gateway's event with the arrival id",
+            "6f1c2b9e-3d4a-4c5b-9e8f-0a1b2c3d4e5f:77",
+            id="an identity incomplete arrival is the gateway's event with store id and arrival id",
         ),
     ],
 )
@@ -207,17 +209,17 @@ def test_boot_observed_carries_its_evidence_and_predecessor() -> None:
 
 def test_a_missing_record_cannot_be_encoded() -> None:
     with pytest.raises(EncodeError, match="gone"):
-        encode(entry(None), site=SITE, gateway=GW, replayed=False)
+        encode(entry(None), site=SITE, gateway=GW, replayed=False, store_id=STORE_ID)
 
 
 def test_a_site_outside_the_contract_alphabet_cannot_be_encoded() -> None:
     with pytest.raises(EncodeError):
-        encode(entry(tr()), site="plant 1", gateway=GW, replayed=False)
+        encode(entry(tr()), site="plant 1", gateway=GW, replayed=False, store_id=STORE_ID)
 
 
 def _ev(source: str, kind: str = "transition") -> Event:
     rec = tr(source=source)
-    return encode(entry(rec, kind=kind), site=SITE, gateway=GW, replayed=False)
+    return encode(entry(rec, kind=kind), site=SITE, gateway=GW, replayed=False, store_id=STORE_ID)
 
 
 @pytest.mark.parametrize(
@@ -251,3 +253,23 @@ def test_topic_rendering(template: str, source: str, topic: str) -> None:
 def test_a_batch_body_is_a_json_array_of_the_same_events() -> None:
     evs = [_ev("A/x"), _ev("B/y")]
     assert json.loads(batch_body(evs)) == [json.loads(e.body) for e in evs]
+
+
+def _incomplete(arrival_id: int) -> Entry:
+    rec = IdentityIncomplete(
+        arrival_id, "PUMP-07/Trip", "T5", None, None, "2026-04-22T09:00:00.000Z", "r", "{}"
+    )
+    return entry(rec, kind="identity_incomplete")
+
+
+def test_the_same_arrival_id_in_two_stores_is_two_ids_upstream() -> None:
+    old = encode(_incomplete(1), site=SITE, gateway=GW, replayed=False, store_id=STORE_ID)
+    new = encode(_incomplete(1), site=SITE, gateway=GW, replayed=False, store_id="a-new-store")
+    assert old.ce_source == new.ce_source
+    assert (old.ce_id, new.ce_id) == (f"{STORE_ID}:1", "a-new-store:1")
+    assert old.idempotency_key != new.idempotency_key
+
+
+def test_an_identity_incomplete_record_without_a_store_id_is_not_given_one() -> None:
+    with pytest.raises(EncodeError, match="no store id"):
+        encode(_incomplete(1), site=SITE, gateway=GW, replayed=False, store_id="")

@@ -100,7 +100,10 @@ async def test_the_outbox_hands_the_sinks_the_basis_and_the_event_says_it(tmp_pa
         ("Transition", "window"),
         ("IdentityIncomplete", "window"),
     ]
-    bodies = [json.loads(encode(e, site="plant-1", gateway="gw", replayed=False).body) for e in entries]
+    bodies = [
+        json.loads(encode(e, site="plant-1", gateway="gw", replayed=False, store_id=store.store_id).body)
+        for e in entries
+    ]
     assert [b["identitybasis"] for b in bodies if "identitybasis" in b] == [
         "counter",
         "event_id",
