@@ -1,0 +1,302 @@
+"""The batch arbitration: one transaction per batch, decided by `agent.core.decide`.
+
+Steps, each a set-based statement over the whole batch (never one statement per delivery):
+
+1. `INSERT ... SELECT FROM unnest(...) ORDER BY key ON CONFLICT DO NOTHING RETURNING`: the first
+   delivery of every key of the batch, sorted by key (COLLATE "C") so that two arbiters take the
+   unique index's locks in one order and never deadlock. A key another arbiter holds
+   uncommitted makes this statement wait; an expected conflict never aborts the transaction.
+2. A NEW statement reads back the canonical row of every key: under READ COMMITTED it sees a
+   row another arbiter committed while step 1 waited (one statement doing both cannot).
+3. `decide.classify` (pure, the same rules as the SQLite store) decides every delivery.
+4. Every arrival is written (COPY) with its own id and evidence; the canonical rows that got
+   later arrivals are locked in id order and their counts, status and span updated;
+   conflicting content goes to `conflict`; new boots, device state and the pending list follow.
+
+Any error other than an expected conflict rolls the whole batch back; a deadlock or
+serialization failure (not expected, but cheap to survive) retries the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from agent.core import decide
+from agent.core.contract import Decision, Delivery, Key
+from agent.ledger.arrivals import Arrival
+from agent.ledger.errors import LedgerError, LedgerUnavailable
+
+log = logging.getLogger(__name__)
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+RETRIES = 5
+
+INSERT_CANONICAL = """
+INSERT INTO canonical_event (source, transition_id, boot_id, source_ts, payload, payload_hash,
+                             first_arrival, last_arrival, first_gateway)
+SELECT s, t, b, ts, p, h, a, a, g
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::text[],
+            %b::timestamptz[], %b::text[]) AS k(s, t, b, ts, p, h, a, g)
+ORDER BY s COLLATE "C", t COLLATE "C", b COLLATE "C"
+ON CONFLICT ON CONSTRAINT canonical_event_key DO NOTHING
+RETURNING source, transition_id, boot_id
+"""
+
+READ_CANONICAL = """
+SELECT c.source, c.transition_id, c.boot_id, c.id, c.payload_hash
+FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(s, t, b)
+JOIN canonical_event c ON c.source = k.s AND c.transition_id = k.t AND c.boot_id = k.b
+"""
+
+ARRIVAL_IDS = "SELECT nextval(pg_get_serial_sequence('arrival', 'id')) FROM generate_series(1, %s)"
+
+COPY_ARRIVALS = (
+    "COPY arrival (id, kind, decision, canonical_id, source, transition_id, boot_id, source_ts,"
+    " payload_hash, reason, flags, gateway, gateway_arrival_at, attempt, replayed, received_at, via,"
+    " line, ce_id, raw) FROM STDIN"
+)
+
+LOCK_CANONICAL = "SELECT id FROM canonical_event WHERE id = ANY(%b::bigint[]) ORDER BY id FOR UPDATE"
+
+UPDATE_COUNTS = """
+UPDATE canonical_event c
+SET duplicate_count = c.duplicate_count + u.later,
+    conflict_count = c.conflict_count + u.conflicts,
+    status = CASE WHEN u.conflicts > 0 THEN 'DuplicateConflict' ELSE c.status END,
+    first_arrival = least(c.first_arrival, u.first_at),
+    last_arrival = greatest(c.last_arrival, u.last_at)
+FROM unnest(%b::bigint[], %b::int[], %b::int[], %b::timestamptz[], %b::timestamptz[])
+     AS u(id, later, conflicts, first_at, last_at)
+WHERE c.id = u.id
+"""
+
+INSERT_CONFLICTS = """
+INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
+SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::timestamptz[])
+"""
+
+INSERT_PENDING = "INSERT INTO pending (arrival_id) SELECT unnest(%b::bigint[])"
+
+
+def instant(text: str | None) -> datetime | None:
+    """A normalised contract timestamp (`...T08:00:12.120Z`) as an aware datetime."""
+    return None if text is None else datetime.fromisoformat(text)
+
+
+async def record(conn: Conn, batch: Sequence[Arrival], *, now: datetime | None = None) -> list[decide.Outcome]:
+    """Decide and commit one batch; returns one Outcome per arrival, in order.
+
+    Returns only after COMMIT: an outcome is a promise that survives a crash of the ledger.
+    Raises LedgerUnavailable when PostgreSQL cannot be reached (nothing of the batch kept).
+    """
+    if not batch:
+        return []
+    for attempt in range(1, RETRIES + 1):
+        try:
+            async with conn.transaction():
+                return await decide_batch(conn, batch, now or datetime.now(UTC))
+        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+            log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
+            await asyncio.sleep(0.01 * attempt)
+        except psycopg.OperationalError as exc:
+            raise LedgerUnavailable(f"PostgreSQL: {exc}".strip()) from exc
+    raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times on deadlock or serialization")
+
+
+async def decide_batch(conn: Conn, batch: Sequence[Arrival], now: datetime) -> list[decide.Outcome]:
+    """The steps of one batch, inside the caller's transaction."""
+    items = [a.item for a in batch]
+    firsts = _firsts(items)
+    created = await _insert_canonicals(conn, batch, firsts)
+    canonical = await _read_canonicals(conn, list(firsts))
+    outcomes, updates = decide.classify(items, canonical, 0, created=created)
+    ids = await _arrival_ids(conn, len(batch))
+    await _copy_arrivals(conn, batch, outcomes, ids, now)
+    await _update_counts(conn, updates)
+    await _insert_conflicts(conn, items, outcomes, ids)
+    await record_boots(conn, decide.sightings_of(items), ids)
+    pending = [i for i, oc in zip(ids, outcomes, strict=True) if oc.decision is Decision.IDENTITY_INCOMPLETE]
+    if pending:
+        await conn.execute(INSERT_PENDING, (pending,))
+    return outcomes
+
+
+def _firsts(items: Sequence[object]) -> dict[Key, int]:
+    """The position of the first complete delivery of every key."""
+    firsts: dict[Key, int] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Delivery) and item.key is not None and item.key not in firsts:
+            firsts[item.key] = i
+    return firsts
+
+
+async def _insert_canonicals(conn: Conn, batch: Sequence[Arrival], firsts: dict[Key, int]) -> set[Key]:
+    if not firsts:
+        return set()
+    cols: list[list[Any]] = [[] for _ in range(8)]
+    for key, i in firsts.items():
+        d = batch[i].item
+        assert isinstance(d, Delivery)
+        row = (
+            key.source,
+            key.transition_id,
+            key.boot_id,
+            instant(d.source_timestamp),
+            d.payload_json,
+            d.payload_hash,
+            instant(d.arrival_at),
+            batch[i].gateway,
+        )
+        for col, value in zip(cols, row, strict=True):
+            col.append(value)
+    cur = await conn.execute(INSERT_CANONICAL, cols)
+    return {Key(r[0], r[1], r[2]) for r in await cur.fetchall()}
+
+
+async def _read_canonicals(conn: Conn, keys: list[Key]) -> dict[Key, tuple[int, str]]:
+    if not keys:
+        return {}
+    cur = await conn.execute(
+        READ_CANONICAL,
+        ([k.source for k in keys], [k.transition_id for k in keys], [k.boot_id for k in keys]),
+    )
+    found = {Key(r[0], r[1], r[2]): (int(r[3]), str(r[4])) for r in await cur.fetchall()}
+    if len(found) != len(keys):  # cannot happen: a canonical row is never deleted
+        raise LedgerError(f"canonical rows missing for {len(keys) - len(found)} keys after the insert")
+    return found
+
+
+async def _arrival_ids(conn: Conn, n: int) -> list[int]:
+    cur = await conn.execute(ARRIVAL_IDS, (n,))
+    return sorted(int(r[0]) for r in await cur.fetchall())
+
+
+def _raw_bytes(raw: str | bytes) -> bytes:
+    return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+
+
+async def _copy_arrivals(
+    conn: Conn, batch: Sequence[Arrival], outcomes: list[decide.Outcome], ids: list[int], now: datetime
+) -> None:
+    async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
+        for aid, arr, oc in zip(ids, batch, outcomes, strict=True):
+            it = arr.item
+            d = it if isinstance(it, Delivery) else None
+            await cp.write_row(
+                (
+                    aid,
+                    None if d is None else "transition",
+                    oc.decision.value,
+                    oc.canonical_id,
+                    d.source if d else None,
+                    d.transition_id if d else None,
+                    d.boot_id if d else None,
+                    instant(d.source_timestamp) if d else None,
+                    d.payload_hash if d else None,
+                    oc.reason,
+                    list(oc.flags),
+                    arr.gateway,
+                    instant(it.arrival_at),
+                    arr.attempt,
+                    arr.replayed,
+                    now,
+                    arr.via,
+                    it.line,
+                    arr.ce_id,
+                    _raw_bytes(it.raw),
+                )
+            )
+
+
+async def _update_counts(conn: Conn, updates: list[decide.EventUpdate]) -> None:
+    if not updates:
+        return
+    updates = sorted(updates, key=lambda u: u.canonical_id)
+    ids = [u.canonical_id for u in updates]
+    # Lock in id order first: UPDATE ... FROM unnest locks in whatever order its plan joins.
+    await conn.execute(LOCK_CANONICAL, (ids,))
+    await conn.execute(
+        UPDATE_COUNTS,
+        (
+            ids,
+            [u.later_arrivals for u in updates],
+            [u.conflicts for u in updates],
+            [instant(u.first_arrival) for u in updates],
+            [instant(u.last_arrival) for u in updates],
+        ),
+    )
+
+
+async def _insert_conflicts(
+    conn: Conn, items: Sequence[object], outcomes: list[decide.Outcome], ids: list[int]
+) -> None:
+    rows = [
+        (aid, oc.canonical_id, it.payload_json, it.payload_hash, instant(it.source_timestamp))
+        for aid, it, oc in zip(ids, items, outcomes, strict=True)
+        if oc.decision is Decision.CONFLICT and isinstance(it, Delivery)
+    ]
+    if rows:
+        await conn.execute(INSERT_CONFLICTS, [list(col) for col in zip(*rows, strict=True)])
+
+
+async def record_boots(conn: Conn, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> None:
+    """BootObserved rows for boots not seen before (`decide.new_boots`), and each device's latest live boot.
+
+    The devices' state rows are locked (in device order) first, so two arbiters seeing one new
+    boot agree on its previous_bootId; the boot insert is arbitrated by its unique key.
+    """
+    if not sightings:
+        return
+    devices = sorted({s.device for s in sightings})
+    cur = await conn.execute(
+        "SELECT device, last_live_boot FROM device_state WHERE device = ANY(%b::text[])"
+        ' ORDER BY device COLLATE "C" FOR UPDATE',
+        (devices,),
+    )
+    last_live: dict[str, str | None] = {r[0]: r[1] for r in await cur.fetchall()}
+    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
+    cur = await conn.execute(
+        "SELECT b.device, b.boot_id FROM unnest(%b::text[], %b::text[]) AS p(d, b)"
+        " JOIN boot b ON b.device = p.d AND b.boot_id = p.b",
+        ([d for d, _ in pairs], [b for _, b in pairs]),
+    )
+    known = {(r[0], r[1]) for r in await cur.fetchall()}
+    records, changed = decide.new_boots(sightings, known, last_live)
+    if not records:
+        return
+    index_of = {(s.device, s.boot_id): s.index for s in reversed(sightings)}
+    records.sort(key=lambda r: (r.device.encode(), r.boot_id.encode()))
+    await conn.execute(
+        "INSERT INTO boot (device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence,"
+        " arrival_id) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[],"
+        " %b::timestamptz[], %b::bool[], %b::text[], %b::bigint[]) ON CONFLICT ON CONSTRAINT boot_key DO NOTHING",
+        (
+            [r.device for r in records],
+            [r.boot_id for r in records],
+            [r.previous_boot_id for r in records],
+            [instant(r.first_arrival) for r in records],
+            [instant(r.source_ts) for r in records],
+            [r.live for r in records],
+            [r.evidence_json for r in records],
+            [_arrival_of(index_of.get((r.device, r.boot_id)), arrival_ids) for r in records],
+        ),
+    )
+    if changed:
+        ordered = sorted(changed.items(), key=lambda kv: kv[0].encode())
+        await conn.execute(
+            "INSERT INTO device_state (device, last_live_boot) SELECT * FROM unnest(%b::text[], %b::text[])"
+            " ON CONFLICT (device) DO UPDATE SET last_live_boot = excluded.last_live_boot",
+            ([d for d, _ in ordered], [b for _, b in ordered]),
+        )
+
+
+def _arrival_of(index: int | None, arrival_ids: list[int]) -> int | None:
+    return arrival_ids[index] if index is not None else None

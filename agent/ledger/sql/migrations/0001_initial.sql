@@ -1,0 +1,105 @@
+-- The ledger's first schema: canonical events under the identity key, every arrival with its
+-- evidence, conflicts for review, boots, gaps and anomalies, the pending list.
+-- Every unique key leads with `source`, so tables can be distributed or partitioned by source.
+
+CREATE TABLE canonical_event (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source          text NOT NULL,
+    transition_id   text NOT NULL,
+    boot_id         text NOT NULL,
+    source_ts       timestamptz,
+    payload         text NOT NULL,          -- RFC 8785 canonical JSON, exactly what was hashed
+    payload_hash    text NOT NULL,
+    status          text NOT NULL DEFAULT 'Canonical'
+                    CHECK (status IN ('Canonical', 'DuplicateConflict')),
+    duplicate_count integer NOT NULL DEFAULT 0,
+    conflict_count  integer NOT NULL DEFAULT 0,
+    first_arrival   timestamptz NOT NULL,
+    last_arrival    timestamptz NOT NULL,
+    first_gateway   text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT canonical_event_key UNIQUE (source, transition_id, boot_id)
+);
+
+CREATE TABLE arrival (
+    id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind               text CHECK (kind IN ('transition', 'boot_observed', 'gap', 'anomaly',
+                                            'identity_incomplete')),
+    decision           text NOT NULL CHECK (decision IN ('inserted', 'duplicate', 'conflict',
+                                                         'identity_incomplete', 'rejected')),
+    canonical_id       bigint REFERENCES canonical_event (id),
+    source             text,
+    transition_id      text,
+    boot_id            text,
+    source_ts          timestamptz,
+    payload_hash       text,
+    reason             text,
+    flags              text[] NOT NULL DEFAULT '{}',
+    gateway            text NOT NULL,
+    gateway_arrival_at timestamptz NOT NULL,
+    attempt            integer,
+    replayed           boolean,
+    received_at        timestamptz NOT NULL,
+    via                text NOT NULL CHECK (via IN ('mqtt', 'http', 'import')),
+    line               integer,
+    ce_id              text,
+    raw                bytea NOT NULL
+);
+CREATE INDEX arrival_canonical ON arrival (canonical_id);
+
+-- A conflicting arrival's own content, beside the canonical's (never overwritten): both originals.
+CREATE TABLE conflict (
+    arrival_id   bigint PRIMARY KEY REFERENCES arrival (id),
+    canonical_id bigint NOT NULL REFERENCES canonical_event (id),
+    payload      text NOT NULL,
+    payload_hash text NOT NULL,
+    source_ts    timestamptz,
+    state        text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'resolved'))
+);
+CREATE INDEX conflict_canonical ON conflict (canonical_id);
+
+-- BootObserved: one per (device, boot). `device` is the device name for an import and the
+-- boot's CloudEvents source (<site>/<device>) for one received from a gateway.
+CREATE TABLE boot (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    device           text NOT NULL,
+    boot_id          text NOT NULL,
+    previous_boot_id text,
+    first_arrival    timestamptz NOT NULL,
+    source_ts        timestamptz,
+    live             boolean NOT NULL,
+    evidence         text NOT NULL,
+    arrival_id       bigint REFERENCES arrival (id),
+    CONSTRAINT boot_key UNIQUE (device, boot_id)
+);
+
+-- The latest boot first seen live per device: previous_bootId of the next live boot.
+CREATE TABLE device_state (
+    device         text PRIMARY KEY,
+    last_live_boot text NOT NULL
+);
+
+-- Gaps and anomalies as the gateways send them; unique on their CloudEvents (source, id).
+CREATE TABLE anomaly (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source      text NOT NULL,
+    ce_id       text NOT NULL,
+    boot_id     text NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('gap', 'wrap', 'reset', 'overrun')),
+    from_value  text NOT NULL,
+    to_value    text NOT NULL,
+    detected_at timestamptz NOT NULL,
+    evidence    text NOT NULL,
+    arrival_id  bigint REFERENCES arrival (id),
+    CONSTRAINT anomaly_key UNIQUE (source, ce_id)
+);
+
+-- Identity-incomplete arrivals wait here for a person; one received as a gateway's record is
+-- unique on its CloudEvents (source, id), one from an import line has neither.
+CREATE TABLE pending (
+    arrival_id bigint PRIMARY KEY REFERENCES arrival (id),
+    source     text,
+    ce_id      text,
+    state      text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'resolved')),
+    CONSTRAINT pending_key UNIQUE (source, ce_id)
+);
