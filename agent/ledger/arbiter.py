@@ -2,14 +2,16 @@
 
 Steps, each a set-based statement over the whole batch (never one statement per delivery):
 
-1. `INSERT ... SELECT FROM unnest(...) ORDER BY key ON CONFLICT DO NOTHING RETURNING`: the first
-   delivery of every key of the batch, sorted by key (COLLATE "C") so that two arbiters take the
+1. Read the canonical rows the batch's keys already have (the common case of a re-delivery
+   then writes nothing to the unique index).
+2. `INSERT ... SELECT FROM unnest(...) ORDER BY key ON CONFLICT DO NOTHING RETURNING`: the first
+   delivery of every other key, sorted by key (COLLATE "C") so that two arbiters take the
    unique index's locks in one order and never deadlock. A key another arbiter holds
    uncommitted makes this statement wait; an expected conflict never aborts the transaction.
-2. A NEW statement reads back the canonical row of every key: under READ COMMITTED it sees a
-   row another arbiter committed while step 1 waited (one statement doing both cannot).
-3. `decide.classify` (pure, the same rules as the SQLite store) decides every delivery.
-4. Every arrival is written (COPY) with its own id and evidence; the canonical rows that got
+3. For a key that lost that race, a NEW statement reads the winner's row: under READ COMMITTED
+   it sees a row committed while step 2 waited (one statement doing both cannot).
+4. `decide.classify` (pure, the same rules as the SQLite store) decides every delivery.
+5. Every arrival is written (COPY) with its own id and evidence; the canonical rows that got
    later arrivals are locked in id order and their counts, status and span updated;
    conflicting content goes to `conflict`; new boots, device state and the pending list follow.
 
@@ -40,15 +42,18 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 RETRIES = 5
 
 INSERT_CANONICAL = """
-INSERT INTO canonical_event (source, transition_id, boot_id, source_ts, payload, payload_hash,
+INSERT INTO canonical_event (id, source, transition_id, boot_id, source_ts, payload, payload_hash,
                              first_arrival, last_arrival, first_gateway)
-SELECT s, t, b, ts, p, h, a, a, g
-FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::text[],
-            %b::timestamptz[], %b::text[]) AS k(s, t, b, ts, p, h, a, g)
+OVERRIDING SYSTEM VALUE
+SELECT i, s, t, b, ts, p, h, a, a, g
+FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::text[], %b::text[],
+            %b::timestamptz[], %b::text[]) AS k(i, s, t, b, ts, p, h, a, g)
 ORDER BY s COLLATE "C", t COLLATE "C", b COLLATE "C"
 ON CONFLICT ON CONSTRAINT canonical_event_key DO NOTHING
-RETURNING source, transition_id, boot_id
+RETURNING source, transition_id, boot_id, id, payload_hash
 """
+
+CANONICAL_IDS = "SELECT nextval(pg_get_serial_sequence('canonical_event', 'id')) FROM generate_series(1, %s)"
 
 READ_CANONICAL = """
 SELECT c.source, c.transition_id, c.boot_id, c.id, c.payload_hash
@@ -91,7 +96,9 @@ def instant(text: str | None) -> datetime | None:
     return None if text is None else datetime.fromisoformat(text)
 
 
-async def record(conn: Conn, batch: Sequence[Arrival], *, now: datetime | None = None) -> list[decide.Outcome]:
+async def record(
+    conn: Conn, batch: Sequence[Arrival], *, now: datetime | None = None
+) -> list[decide.Outcome]:
     """Decide and commit one batch; returns one Outcome per arrival, in order.
 
     Returns only after COMMIT: an outcome is a promise that survives a crash of the ledger.
@@ -115,9 +122,14 @@ async def decide_batch(conn: Conn, batch: Sequence[Arrival], now: datetime) -> l
     """The steps of one batch, inside the caller's transaction."""
     items = [a.item for a in batch]
     firsts = _firsts(items)
-    created = await _insert_canonicals(conn, batch, firsts)
     canonical = await _read_canonicals(conn, list(firsts))
-    outcomes, updates = decide.classify(items, canonical, 0, created=created)
+    created = await _insert_canonicals(conn, batch, {k: i for k, i in firsts.items() if k not in canonical})
+    canonical.update(created)
+    if len(canonical) < len(firsts):  # another arbiter committed some of our new keys meanwhile
+        canonical.update(await _read_canonicals(conn, [k for k in firsts if k not in canonical]))
+    if len(canonical) != len(firsts):  # cannot happen: a canonical row is never deleted
+        raise LedgerError(f"canonical rows missing for {len(firsts) - len(canonical)} keys after the insert")
+    outcomes, updates = decide.classify(items, canonical, 0, created=created.keys())
     ids = await _arrival_ids(conn, len(batch))
     await _copy_arrivals(conn, batch, outcomes, ids, now)
     await _update_counts(conn, updates)
@@ -138,14 +150,25 @@ def _firsts(items: Sequence[object]) -> dict[Key, int]:
     return firsts
 
 
-async def _insert_canonicals(conn: Conn, batch: Sequence[Arrival], firsts: dict[Key, int]) -> set[Key]:
-    if not firsts:
-        return set()
-    cols: list[list[Any]] = [[] for _ in range(8)]
-    for key, i in firsts.items():
+async def _insert_canonicals(
+    conn: Conn, batch: Sequence[Arrival], new: dict[Key, int]
+) -> dict[Key, tuple[int, str]]:
+    """Insert the keys not seen before; returns those this statement created.
+
+    Ids are drawn in batch order (so a single writer numbers events as the SQLite store does);
+    the rows go in in key order (the lock order). A key another arbiter inserted first is
+    skipped by ON CONFLICT and its drawn id is never used.
+    """
+    if not new:
+        return {}
+    cur = await conn.execute(CANONICAL_IDS, (len(new),))
+    ids = sorted(int(r[0]) for r in await cur.fetchall())
+    cols: list[list[Any]] = [[] for _ in range(9)]
+    for cid, (key, i) in zip(ids, new.items(), strict=True):
         d = batch[i].item
         assert isinstance(d, Delivery)
         row = (
+            cid,
             key.source,
             key.transition_id,
             key.boot_id,
@@ -158,7 +181,7 @@ async def _insert_canonicals(conn: Conn, batch: Sequence[Arrival], firsts: dict[
         for col, value in zip(cols, row, strict=True):
             col.append(value)
     cur = await conn.execute(INSERT_CANONICAL, cols)
-    return {Key(r[0], r[1], r[2]) for r in await cur.fetchall()}
+    return {Key(r[0], r[1], r[2]): (int(r[3]), str(r[4])) for r in await cur.fetchall()}
 
 
 async def _read_canonicals(conn: Conn, keys: list[Key]) -> dict[Key, tuple[int, str]]:
@@ -168,10 +191,7 @@ async def _read_canonicals(conn: Conn, keys: list[Key]) -> dict[Key, tuple[int, 
         READ_CANONICAL,
         ([k.source for k in keys], [k.transition_id for k in keys], [k.boot_id for k in keys]),
     )
-    found = {Key(r[0], r[1], r[2]): (int(r[3]), str(r[4])) for r in await cur.fetchall()}
-    if len(found) != len(keys):  # cannot happen: a canonical row is never deleted
-        raise LedgerError(f"canonical rows missing for {len(keys) - len(found)} keys after the insert")
-    return found
+    return {Key(r[0], r[1], r[2]): (int(r[3]), str(r[4])) for r in await cur.fetchall()}
 
 
 async def _arrival_ids(conn: Conn, n: int) -> list[int]:
@@ -277,7 +297,8 @@ async def record_boots(conn: Conn, sightings: list[decide.BootSighting], arrival
     await conn.execute(
         "INSERT INTO boot (device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence,"
         " arrival_id) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[],"
-        " %b::timestamptz[], %b::bool[], %b::text[], %b::bigint[]) ON CONFLICT ON CONSTRAINT boot_key DO NOTHING",
+        " %b::timestamptz[], %b::bool[], %b::text[], %b::bigint[])"
+        " ON CONFLICT ON CONSTRAINT boot_key DO NOTHING",
         (
             [r.device for r in records],
             [r.boot_id for r in records],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pgcluster.py is a sibling file, not a package
-import pgcluster  # noqa: E402
+import pgcluster
 
 psycopg = pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
 
