@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL cluster for tests and the bench: initdb + pg_ctl in a temp directory.
 
-Free TCP port on 127.0.0.1 and the unix socket inside the directory; `fsync` stays on (the
-ledger's promise is about commits). As root (CI), initdb refuses to run, so the cluster is
+Free TCP port on 127.0.0.1 and the unix socket inside the directory. `durable=False` (tests)
+turns fsync off: the tests kill ledger processes, never the server or the machine; the bench
+keeps the server's defaults (fsync on, synchronous_commit on). As root (CI), initdb refuses to run, so the cluster is
 made and run by an unprivileged user (`postgres` if it exists, else `nobody`) that owns the
 directory. `find_binaries()` returns None when no PostgreSQL server binaries are installed.
 """
@@ -45,6 +46,7 @@ class Cluster:
     root: Path
     port: int
     user: str | None  # the OS user running the server (None: ourselves)
+    durable: bool = True
 
     @property
     def datadir(self) -> Path:
@@ -71,7 +73,8 @@ class Cluster:
             "60",
             "-o",
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
-            " -c max_connections=60 -c shared_buffers=32MB",
+            " -c max_connections=60 -c shared_buffers=32MB"
+            + ("" if self.durable else " -c fsync=off -c full_page_writes=off"),
             "start",
         )
         if proc.returncode != 0:
@@ -98,11 +101,11 @@ def _server_user() -> str | None:
     raise RuntimeError("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL")
 
 
-def create(bindir: Path) -> Cluster:
+def create(bindir: Path, *, durable: bool = True) -> Cluster:
     """initdb a new cluster in a fresh temp directory and start it; the caller destroys it."""
     user = _server_user()
     root = Path(tempfile.mkdtemp(prefix="edge-ledger-pg-"))
-    cluster = Cluster(bindir, root, free_port(), user)
+    cluster = Cluster(bindir, root, free_port(), user, durable)
     if user is not None:
         info = pwd.getpwnam(user)
         os.chown(root, info.pw_uid, info.pw_gid)
