@@ -31,8 +31,9 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from agent.core import decide
-from agent.core.contract import Decision, Delivery, Key
-from agent.ledger.arrivals import Arrival
+from agent.core.contract import Decision, Delivery, Key, Rejection
+from agent.ledger import records
+from agent.ledger.arrivals import Arrival, Received
 from agent.ledger.errors import LedgerError, LedgerUnavailable
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,32 @@ async def record(
 async def decide_batch(conn: Conn, batch: Sequence[Arrival], now: datetime) -> list[decide.Outcome]:
     """The steps of one batch, inside the caller's transaction."""
     items = [a.item for a in batch]
-    firsts = _firsts(items)
+    ids = await _arrival_ids(conn, len(batch))
+    where = [i for i, it in enumerate(items) if not isinstance(it, Received)]
+    deliveries: list[Delivery | Rejection] = [it for it in items if not isinstance(it, Received)]
+    outcomes: list[decide.Outcome | None] = [None] * len(batch)
+    for i, oc in zip(where, await _decide_deliveries(conn, batch, deliveries, ids, where), strict=True):
+        outcomes[i] = oc
+    for i, oc in (await records.record(conn, batch, ids)).items():
+        outcomes[i] = oc
+    done = [oc for oc in outcomes if oc is not None]
+    assert len(done) == len(batch)
+    await _copy_arrivals(conn, batch, done, ids, now)
+    return done
+
+
+async def _decide_deliveries(
+    conn: Conn,
+    batch: Sequence[Arrival],
+    items: list[Delivery | Rejection],
+    all_ids: list[int],
+    where: list[int],
+) -> list[decide.Outcome]:
+    """Transitions (and rejections): canonical rows, the decision, counts, conflicts, boots, pending."""
+    if not items:
+        return []
+    ids = [all_ids[i] for i in where]
+    firsts = {key: where[i] for key, i in _firsts(items).items()}
     canonical = await _read_canonicals(conn, list(firsts))
     created = await _insert_canonicals(conn, batch, {k: i for k, i in firsts.items() if k not in canonical})
     canonical.update(created)
@@ -130,18 +156,21 @@ async def decide_batch(conn: Conn, batch: Sequence[Arrival], now: datetime) -> l
     if len(canonical) != len(firsts):  # cannot happen: a canonical row is never deleted
         raise LedgerError(f"canonical rows missing for {len(firsts) - len(canonical)} keys after the insert")
     outcomes, updates = decide.classify(items, canonical, 0, created=created.keys())
-    ids = await _arrival_ids(conn, len(batch))
-    await _copy_arrivals(conn, batch, outcomes, ids, now)
     await _update_counts(conn, updates)
     await _insert_conflicts(conn, items, outcomes, ids)
-    await record_boots(conn, decide.sightings_of(items), ids)
+    # A device's boots are derived from the key only for import lines (`source` = device/channel);
+    # a gateway sends its BootObserved records itself, and a CloudEvents source names the site.
+    sightings = [
+        s for s in decide.sightings_of(items) if s.index is None or batch[where[s.index]].via == "import"
+    ]
+    await record_boots(conn, sightings, ids)
     pending = [i for i, oc in zip(ids, outcomes, strict=True) if oc.decision is Decision.IDENTITY_INCOMPLETE]
     if pending:
         await conn.execute(INSERT_PENDING, (pending,))
     return outcomes
 
 
-def _firsts(items: Sequence[object]) -> dict[Key, int]:
+def _firsts(items: Sequence[Delivery | Rejection]) -> dict[Key, int]:
     """The position of the first complete delivery of every key."""
     firsts: dict[Key, int] = {}
     for i, item in enumerate(items):
@@ -203,24 +232,34 @@ def _raw_bytes(raw: str | bytes) -> bytes:
     return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
 
 
+def _arrival_row(arr: Arrival) -> tuple[str | None, ...]:
+    """(kind, source, transitionId, bootId, sourceTimestamp, payload_hash) of an arrival."""
+    it = arr.item
+    if isinstance(it, Delivery):
+        return ("transition", it.source, it.transition_id, it.boot_id, it.source_timestamp, it.payload_hash)
+    if isinstance(it, Received):
+        return (it.kind, it.source, None, it.boot_id, it.source_ts, None)
+    return (None, None, None, None, None, None)
+
+
 async def _copy_arrivals(
     conn: Conn, batch: Sequence[Arrival], outcomes: list[decide.Outcome], ids: list[int], now: datetime
 ) -> None:
     async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
         for aid, arr, oc in zip(ids, batch, outcomes, strict=True):
             it = arr.item
-            d = it if isinstance(it, Delivery) else None
+            kind, source, tid, bid, sts, phash = _arrival_row(arr)
             await cp.write_row(
                 (
                     aid,
-                    None if d is None else "transition",
+                    kind,
                     oc.decision.value,
                     oc.canonical_id,
-                    d.source if d else None,
-                    d.transition_id if d else None,
-                    d.boot_id if d else None,
-                    instant(d.source_timestamp) if d else None,
-                    d.payload_hash if d else None,
+                    source,
+                    tid,
+                    bid,
+                    instant(sts),
+                    phash,
                     oc.reason,
                     list(oc.flags),
                     arr.gateway,
@@ -256,7 +295,7 @@ async def _update_counts(conn: Conn, updates: list[decide.EventUpdate]) -> None:
 
 
 async def _insert_conflicts(
-    conn: Conn, items: Sequence[object], outcomes: list[decide.Outcome], ids: list[int]
+    conn: Conn, items: Sequence[Delivery | Rejection], outcomes: list[decide.Outcome], ids: list[int]
 ) -> None:
     rows = [
         (aid, oc.canonical_id, it.payload_json, it.payload_hash, instant(it.source_timestamp))

@@ -48,8 +48,8 @@ async def _rows(conn: Conn, sql: LiteralString, name: str) -> AsyncIterator[tupl
 async def summary(conn: Conn) -> dict[str, int]:
     """Counts kept apart: source events, arrivals by decision, records, notifications."""
     cur = await conn.execute(
-        "SELECT decision, count(*) FROM arrival WHERE kind IS NULL OR kind IN ('transition',"
-        " 'identity_incomplete') GROUP BY decision"
+        "SELECT decision, count(*) FROM arrival"
+        " WHERE kind IS NULL OR kind = 'transition' OR decision = 'identity_incomplete' GROUP BY decision"
     )
     by_decision = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
     cur = await conn.execute(

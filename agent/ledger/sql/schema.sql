@@ -176,19 +176,19 @@ CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
 CREATE INDEX conflict_canonical ON public.conflict USING btree (canonical_id);
 
 ALTER TABLE ONLY public.anomaly
-    ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);
+    ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
 
 ALTER TABLE ONLY public.arrival
     ADD CONSTRAINT arrival_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
 
 ALTER TABLE ONLY public.boot
-    ADD CONSTRAINT boot_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);
+    ADD CONSTRAINT boot_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
 
 ALTER TABLE ONLY public.conflict
-    ADD CONSTRAINT conflict_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);
+    ADD CONSTRAINT conflict_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
 
 ALTER TABLE ONLY public.conflict
     ADD CONSTRAINT conflict_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
 
 ALTER TABLE ONLY public.pending
-    ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);
+    ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;

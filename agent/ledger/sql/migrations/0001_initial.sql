@@ -1,5 +1,7 @@
 -- The ledger's first schema: canonical events under the identity key, every arrival with its
 -- evidence, conflicts for review, boots, gaps and anomalies, the pending list.
+-- Rows that name their arrival are written before it in the same transaction (their insert
+-- decides the arrival's decision), so those foreign keys are checked at COMMIT.
 -- Every unique key leads with `source`, so tables can be distributed or partitioned by source.
 
 CREATE TABLE canonical_event (
@@ -49,7 +51,7 @@ CREATE INDEX arrival_canonical ON arrival (canonical_id);
 
 -- A conflicting arrival's own content, beside the canonical's (never overwritten): both originals.
 CREATE TABLE conflict (
-    arrival_id   bigint PRIMARY KEY REFERENCES arrival (id),
+    arrival_id   bigint PRIMARY KEY REFERENCES arrival (id) DEFERRABLE INITIALLY DEFERRED,
     canonical_id bigint NOT NULL REFERENCES canonical_event (id),
     payload      text NOT NULL,
     payload_hash text NOT NULL,
@@ -69,7 +71,7 @@ CREATE TABLE boot (
     source_ts        timestamptz,
     live             boolean NOT NULL,
     evidence         text NOT NULL,
-    arrival_id       bigint REFERENCES arrival (id),
+    arrival_id       bigint REFERENCES arrival (id) DEFERRABLE INITIALLY DEFERRED,
     CONSTRAINT boot_key UNIQUE (device, boot_id)
 );
 
@@ -90,14 +92,14 @@ CREATE TABLE anomaly (
     to_value    text NOT NULL,
     detected_at timestamptz NOT NULL,
     evidence    text NOT NULL,
-    arrival_id  bigint REFERENCES arrival (id),
+    arrival_id  bigint REFERENCES arrival (id) DEFERRABLE INITIALLY DEFERRED,
     CONSTRAINT anomaly_key UNIQUE (source, ce_id)
 );
 
 -- Identity-incomplete arrivals wait here for a person; one received as a gateway's record is
 -- unique on its CloudEvents (source, id), one from an import line has neither.
 CREATE TABLE pending (
-    arrival_id bigint PRIMARY KEY REFERENCES arrival (id),
+    arrival_id bigint PRIMARY KEY REFERENCES arrival (id) DEFERRABLE INITIALLY DEFERRED,
     source     text,
     ce_id      text,
     state      text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'resolved')),
