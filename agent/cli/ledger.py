@@ -165,6 +165,32 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
             click.echo(line)
 
 
+@ledger_group.command("run")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    metavar="FILE",
+    default="/etc/edge-ledger/ledger.yaml",
+    show_default=True,
+    help="Ledger configuration (YAML): dsn, mqtt and/or http intake, notify rules.",
+)
+@click.pass_obj
+def run_cmd(obj: LedgerContext, config_path: str) -> None:
+    """Run the intakes until SIGTERM (then drain and exit 0); the group's --dsn wins over the config's."""
+    import logging
+
+    from agent.ledger import config, service
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    async def go() -> None:
+        cfg = config.load(config_path)
+        await service.run(cfg, dsn=obj.dsn)
+
+    run_ledger(go)
+
+
 async def _json_list(w: Callable[[str], Any], name: str, rows: AsyncIterator[dict[str, Any]]) -> None:
     w(f', "{name}": [')
     first = True

@@ -15,11 +15,17 @@ from agent.ledger.errors import LedgerUnavailable
 CONNECT_TIMEOUT_S = 10
 
 
-async def connect(dsn: str | None) -> psycopg.AsyncConnection[tuple[object, ...]]:
-    """An open autocommit-off connection, or LedgerUnavailable naming where it tried."""
+async def connect(
+    dsn: str | None, *, password: str | None = None
+) -> psycopg.AsyncConnection[tuple[object, ...]]:
+    """An open autocommit-off connection, or LedgerUnavailable naming where it tried.
+
+    `password` (read from the config's `password_file`) is passed apart from the DSN.
+    """
+    conninfo = psycopg.conninfo.make_conninfo(dsn or "", password=password) if password else (dsn or "")
     try:
         conn = await psycopg.AsyncConnection.connect(
-            dsn or "", connect_timeout=CONNECT_TIMEOUT_S, application_name="edge-agent-ledger"
+            conninfo, connect_timeout=CONNECT_TIMEOUT_S, application_name="edge-agent-ledger"
         )
     except psycopg.OperationalError as exc:
         raise LedgerUnavailable(f"PostgreSQL {describe(dsn)}: cannot connect: {_first_line(exc)}") from exc

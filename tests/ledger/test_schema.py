@@ -37,9 +37,23 @@ def normalise(dump: str) -> str:
 def dump(cluster: Any, dsn: str) -> str:
     dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
     proc = subprocess.run(
-        [str(cluster.bindir / "pg_dump"), "--schema-only", "--no-owner", "--no-privileges",
-         "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", str(dbname)],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            str(cluster.bindir / "pg_dump"),
+            "--schema-only",
+            "--no-owner",
+            "--no-privileges",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(cluster.port),
+            "-U",
+            "postgres",
+            str(dbname),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return normalise(proc.stdout)
 
@@ -68,7 +82,9 @@ async def test_a_newer_schema_is_refused(ledger_dsn: str) -> None:
     conn = await connect(ledger_dsn)
     try:
         newer = len(migrations.migrations()) + 1
-        await conn.execute("INSERT INTO ledger_schema_version (version, name) VALUES (%s, 'future')", (newer,))
+        await conn.execute(
+            "INSERT INTO ledger_schema_version (version, name) VALUES (%s, 'future')", (newer,)
+        )
         await conn.commit()
         with pytest.raises(SchemaError, match="newer than this program"):
             await migrations.migrate(conn)

@@ -1,0 +1,55 @@
+"""`edge-agent ledger run`: the intakes over one Writer, until SIGTERM.
+
+Start: read the password file, try PostgreSQL once (and migrate); when it is down the intakes
+still start and refuse to acknowledge (HTTP 503, MQTT holds its PUBACKs) until it returns.
+SIGTERM / SIGINT: stop taking new work, let in-flight batches commit (or fail unacknowledged),
+close, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from agent.ledger.config import LedgerConfig
+from agent.ledger.errors import LedgerUnavailable
+from agent.ledger.intake_http import HttpServer
+from agent.ledger.writer import Writer
+
+log = logging.getLogger(__name__)
+
+
+async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run until `stop` is set (or SIGTERM/SIGINT when no event is given)."""
+    stop = stop or _stop_on_signals()
+    password = (
+        Path(config.password_file).read_text(encoding="utf-8").rstrip("\r\n")
+        if config.password_file
+        else None
+    )
+    writer = Writer(dsn or config.dsn, password=password)
+    try:
+        await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start
+    except LedgerUnavailable as exc:
+        log.warning("%s: intake starts and refuses to acknowledge until PostgreSQL is back", exc)
+    http = HttpServer(config.http, writer) if config.http is not None else None
+    try:
+        if http is not None:
+            await http.start()
+        log.info("ledger running")
+        await stop.wait()
+        log.info("ledger stopping")
+    finally:
+        if http is not None:
+            await http.stop()
+        await writer.close()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
