@@ -52,9 +52,7 @@ def test_config_errors_name_file_and_line_and_exit_78(tmp_path: Path, text: str,
 
 def test_run_with_a_bad_config_lists_every_problem_and_exits_78(tmp_path: Path) -> None:
     f = tmp_path / "ledger.yaml"
-    f.write_text("http: {listen: nowhere}
-speed: 3
-")
+    f.write_text("http: {listen: nowhere}\nspeed: 3\n")
     proc = subprocess.run([*CMD, "run", "-c", str(f)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 78
     assert f"{f}:1: http.listen" in proc.stderr and f"{f}:2: speed: unknown key" in proc.stderr
