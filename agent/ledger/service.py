@@ -16,6 +16,7 @@ from pathlib import Path
 from agent.ledger.config import LedgerConfig
 from agent.ledger.errors import LedgerUnavailable
 from agent.ledger.intake_http import HttpServer
+from agent.ledger.intake_mqtt import MqttSubscriber
 from agent.ledger.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,16 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
     except LedgerUnavailable as exc:
         log.warning("%s: intake starts and refuses to acknowledge until PostgreSQL is back", exc)
     http = HttpServer(config.http, writer) if config.http is not None else None
+    mqtt = MqttSubscriber(config.mqtt, writer) if config.mqtt is not None else None
     try:
         if http is not None:
             await http.start()
-        log.info("ledger running")
-        await stop.wait()
-        log.info("ledger stopping")
+        async with asyncio.TaskGroup() as tg:
+            if mqtt is not None:
+                tg.create_task(mqtt.run(stop), name="mqtt-intake")
+            log.info("ledger running")
+            await stop.wait()
+            log.info("ledger stopping")
     finally:
         if http is not None:
             await http.stop()

@@ -1,0 +1,165 @@
+"""MQTT intake with our own Mosquitto and a real PostgreSQL: PUBACK only after commit, a
+persistent session that gives a restarted ledger back what it had not acknowledged, kill -9
+during a burst, PostgreSQL away while messages arrive, a shared subscription split between two."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiomqtt
+import psycopg
+import pytest
+from mosquitto import MOSQUITTO, Broker
+
+from agent.core.records import Entry, Transition
+from agent.sinks.encode import Event, batch_body, encode
+
+pytestmark = pytest.mark.skipif(
+    MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"
+)
+
+T0 = "2026-04-22T08:00:12.120Z"
+CMD = [sys.executable, "-m", "agent", "ledger"]
+
+
+def events(n: int, gateway: str) -> list[Event]:
+    """n transitions as the gateway's encoder makes them (same keys for every gateway)."""
+    out = []
+    for i in range(n):
+        rec = Transition(i, f"PLC-{i % 7}/Trip", f"T{i}", "B1", T0, json.dumps({"state": "Trip", "i": i}), T0)
+        out.append(
+            encode(Entry(i, "transition", i, 1, T0, rec), site="plant", gateway=gateway, replayed=False)
+        )
+    return out
+
+
+def bodies(n: int, gateway: str, per_message: int) -> list[bytes]:
+    """MQTT bodies: one CloudEvent each, or batches (JSON arrays) as the sink's batch_size makes them."""
+    evs = events(n, gateway)
+    if per_message == 1:
+        return [e.body for e in evs]
+    return [batch_body(evs[i : i + per_message]) for i in range(0, n, per_message)]
+
+
+async def publish(port: int, messages: list[bytes], topic: str = "plant/events/x") -> None:
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"pub-{os.getpid()}-{time.monotonic_ns()}") as c:
+        for body in messages:
+            await c.publish(topic, body, qos=1)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(tmp_path)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def config(tmp_path: Path, dsn: str, port: int, client_id: str = "ledger-1") -> Path:
+    f = tmp_path / f"{client_id}.yaml"
+    f.write_text(
+        f"dsn: '{dsn}'\nmqtt: {{host: 127.0.0.1, port: {port}, topic: 'plant/events/#', group: ledger,"
+        f" client_id: {client_id}}}\n"
+    )
+    return f
+
+
+def start(cfg: Path, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([*CMD, "run", "-c", str(cfg)], stdout=subprocess.DEVNULL, stderr=log.open("ab"))
+
+
+def subscribed(log: Path, times: int = 1) -> None:
+    """Wait until the ledger logged its subscription `times` times (the first one creates the session)."""
+    wait_for(
+        lambda: log.exists() and log.read_text().count("mqtt intake subscribed") >= times,
+        60,
+        "the subscription",
+    )
+
+
+def counts(dsn: str) -> tuple[int, int]:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM canonical_event), (SELECT count(*) FROM arrival)"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def wait_for(pred: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def probe() -> list[bytes]:
+    rec = Transition(1, "PROBE/Ready", "T1", "B1", T0, "{}", T0)
+    return [encode(Entry(1, "transition", 1, 1, T0, rec), site="plant", gateway="probe", replayed=False).body]
+
+
+def test_kill_9_during_a_burst_loses_nothing_and_makes_no_second_canonical(
+    tmp_path: Path, broker: Broker, ledger_dsn: str
+) -> None:
+    n, kills = 1500, 3
+    cfg = config(tmp_path, ledger_dsn, broker.port)
+    log = tmp_path / "ledger.log"
+    proc = start(cfg, log)
+    subscribed(log)  # the first start creates the session: from now on the broker keeps our share
+    asyncio.run(publish(broker.port, probe()))
+    wait_for(lambda: counts(ledger_dsn)[1] >= 1, 60, "the probe in PostgreSQL")
+    # One gateway sends one event per message, the other batches of 5 (both sink settings).
+    msgs = bodies(n, "gw-a", 1) + bodies(n, "gw-b", 5)
+    done: list[bool] = []
+
+    def burst() -> None:
+        asyncio.run(publish(broker.port, msgs))
+        done.append(True)
+
+    t = threading.Thread(target=burst, name="publisher")
+    t.start()
+    during = []
+    for k in range(kills):
+        subscribed(log, k + 1)
+        time.sleep(0.4)
+        during.append(counts(ledger_dsn)[1])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc = start(cfg, log)
+    t.join(timeout=120)
+    assert done, "the publisher finished"
+    try:
+        wait_for(lambda: counts(ledger_dsn)[0] >= n + 1, 120, "every event in PostgreSQL")
+        subscribed(log, kills + 1)  # SIGTERM before the signal handler is set would just kill it
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    assert during[0] < 2 * n + 1, "the first kill came during the burst"
+    with psycopg.connect(ledger_dsn) as conn:
+        canon = conn.execute(
+            "SELECT count(*), count(DISTINCT (source, transition_id, boot_id)) FROM canonical_event"
+        ).fetchone()
+        per = conn.execute(
+            "SELECT min(g), max(g) FROM (SELECT count(DISTINCT a.gateway) AS g FROM canonical_event c"
+            " JOIN arrival a ON a.canonical_id = c.id WHERE c.first_gateway <> 'probe' GROUP BY c.id) x"
+        ).fetchone()
+        arrivals = conn.execute("SELECT count(*) FROM arrival WHERE gateway <> 'probe'").fetchone()
+    assert canon == (n + 1, n + 1), "one canonical per event, none lost, none twice"
+    assert per == (2, 2), "every event has its arrivals from both gateways"
+    assert arrivals is not None and arrivals[0] >= 2 * n
+    print(
+        f"kill -9 figures: kills={kills} events_sent={2 * n} (keys {n}) arrivals_at_kills={during}"
+        f" canonical={canon[0] - 1} arrivals={arrivals[0]} lost=0 duplicate_canonicals=0"
+    )
