@@ -12,8 +12,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
 import psycopg
@@ -163,3 +166,57 @@ def test_kill_9_during_a_burst_loses_nothing_and_makes_no_second_canonical(
         f"kill -9 figures: kills={kills} events_sent={2 * n} (keys {n}) arrivals_at_kills={during}"
         f" canonical={canon[0] - 1} arrivals={arrivals[0]} lost=0 duplicate_canonicals=0"
     )
+
+
+def test_postgresql_stopped_under_load_holds_acknowledgements_and_loses_nothing(
+    tmp_path: Path, broker: Broker, pg_cluster: Any
+) -> None:
+    """A cluster of its own, stopped and started while messages arrive: MQTT waits at the broker,
+    HTTP answers 503 with Retry-After, and after the restart everything is in, once."""
+    import pgcluster
+
+    own = pgcluster.create(pg_cluster.bindir, durable=False)
+    try:
+        dsn = own.dsn()
+        http_port = pgcluster.free_port()
+        cfg = tmp_path / "ledger.yaml"
+        cfg.write_text(
+            f"dsn: '{dsn}'\nhttp: {{listen: '127.0.0.1:{http_port}'}}\n"
+            f"mqtt: {{host: 127.0.0.1, port: {broker.port}, topic: 'plant/events/#', group: ledger, client_id: ledger-pg}}\n"
+        )
+        log = tmp_path / "ledger.log"
+        proc = start(cfg, log)
+        try:
+            subscribed(log)
+            n = 600
+            msgs = bodies(n, "gw-a", 1)
+            asyncio.run(publish(broker.port, msgs[:200]))
+            wait_for(lambda: counts(dsn)[1] >= 200, 60, "the first 200 committed")
+            own.stop("fast")
+            asyncio.run(publish(broker.port, msgs[200:]))  # the broker takes them (PUBACK to us)
+            status, retry = http_post(http_port, probe()[0])
+            assert status == 503 and retry is not None and int(retry) >= 1
+            time.sleep(1.5)
+            own.start()
+            wait_for(lambda: counts(dsn)[0] >= n, 120, "every event after PostgreSQL came back")
+            assert http_post(http_port, probe()[0])[0] == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        assert proc.returncode == 0, log.read_text()[-2000:]
+        assert counts(dsn)[0] == n + 1, "no event lost, none twice (plus the HTTP probe)"
+        assert "intake stops acknowledging" in log.read_text()
+        assert "reachable again" in log.read_text()
+    finally:
+        own.destroy()
+
+
+def http_post(port: int, body: bytes) -> tuple[int, str | None]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/", data=body, headers={"Content-Type": "application/cloudevents+json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("Retry-After")
