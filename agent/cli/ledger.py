@@ -191,6 +191,55 @@ def run_cmd(obj: LedgerContext, config_path: str) -> None:
     run_ledger(go)
 
 
+@ledger_group.group("notifications", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row, one per line.")
+@click.pass_context
+def notifications_group(ctx: click.Context, as_json: bool) -> None:
+    """The notification outbox: every row with its state, attempts and last error."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from agent.ledger import notifications
+
+    obj: LedgerContext = ctx.obj
+
+    async def go() -> list[dict[str, Any]]:
+        conn = await obj.open(migrate=False)
+        try:
+            return await notifications.listing(conn)
+        finally:
+            await conn.close()
+
+    rows = run_ledger(go)
+    for row in rows:
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            click.echo(
+                f"{row['notification_id']}\t{row['state']}\t{row['kind']}\tcanonical {row['canonical_id']}"
+                f"\tattempts {row['attempts']}/{row['max_attempts']}\t{row['last_error'] or ''}"
+            )
+
+
+@notifications_group.command("retry")
+@click.option("--id", "ids", type=int, multiple=True, help="Only these rows (default: every dead row).")
+@click.option(
+    "--attempts", default=5, show_default=True, type=click.IntRange(1, 1000), help="Attempts to give."
+)
+@click.pass_obj
+def retry_cmd(obj: LedgerContext, ids: tuple[int, ...], attempts: int) -> None:
+    """Make dead notifications pending again (an operator's decision; the ledger never does it)."""
+    from agent.ledger import notifications
+
+    async def go() -> int:
+        conn = await obj.open(migrate=False)
+        try:
+            return await notifications.retry_dead(conn, ids=ids, more_attempts=attempts)
+        finally:
+            await conn.close()
+
+    click.echo(f"{run_ledger(go)} dead notifications are pending again")
+
+
 async def _json_list(w: Callable[[str], Any], name: str, rows: AsyncIterator[dict[str, Any]]) -> None:
     w(f', "{name}": [')
     first = True
@@ -225,7 +274,7 @@ def report_cmd(obj: LedgerContext, as_json: bool) -> None:
 
 
 async def _write_json(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int]) -> None:
-    from agent.ledger import report
+    from agent.ledger import notifications, report
 
     w = sys.stdout.write
     w('{"summary": ' + json.dumps(summary))
@@ -236,6 +285,7 @@ async def _write_json(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: d
     await _json_list(w, "anomalies", report.anomalies(conn, gaps=False))
     await _json_list(w, "pending", report.pending(conn))
     await _json_list(w, "conflicts", report.conflicts(conn))
+    w(', "notifications": ' + json.dumps(await notifications.listing(conn)))
     w("}\n")
 
 

@@ -32,8 +32,9 @@ from psycopg import errors as pg_errors
 
 from agent.core import decide
 from agent.core.contract import Decision, Delivery, Key, Rejection
-from agent.ledger import records
+from agent.ledger import notifications, records
 from agent.ledger.arrivals import Arrival, Received
+from agent.ledger.config import NotifyRule
 from agent.ledger.errors import LedgerError, LedgerUnavailable
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,11 @@ def instant(text: str | None) -> datetime | None:
 
 
 async def record(
-    conn: Conn, batch: Sequence[Arrival], *, now: datetime | None = None
+    conn: Conn,
+    batch: Sequence[Arrival],
+    *,
+    now: datetime | None = None,
+    rules: Sequence[NotifyRule] = (),
 ) -> list[decide.Outcome]:
     """Decide and commit one batch; returns one Outcome per arrival, in order.
 
@@ -110,7 +115,7 @@ async def record(
     for attempt in range(1, RETRIES + 1):
         try:
             async with conn.transaction():
-                return await decide_batch(conn, batch, now or datetime.now(UTC))
+                return await decide_batch(conn, batch, now or datetime.now(UTC), rules)
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
             log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
             await asyncio.sleep(0.01 * attempt)
@@ -119,7 +124,9 @@ async def record(
     raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times on deadlock or serialization")
 
 
-async def decide_batch(conn: Conn, batch: Sequence[Arrival], now: datetime) -> list[decide.Outcome]:
+async def decide_batch(
+    conn: Conn, batch: Sequence[Arrival], now: datetime, rules: Sequence[NotifyRule] = ()
+) -> list[decide.Outcome]:
     """The steps of one batch, inside the caller's transaction."""
     items = [a.item for a in batch]
     ids = await _arrival_ids(conn, len(batch))
@@ -133,6 +140,8 @@ async def decide_batch(conn: Conn, batch: Sequence[Arrival], now: datetime) -> l
     done = [oc for oc in outcomes if oc is not None]
     assert len(done) == len(batch)
     await _copy_arrivals(conn, batch, done, ids, now)
+    if rules:
+        await notifications.queue(conn, batch, done, rules)
     return done
 
 

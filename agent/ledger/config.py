@@ -64,6 +64,7 @@ class NotifyRule:
     source: str | None = None  # shell-style glob over the whole CloudEvents source; `*` crosses `/`
     payload: dict[str, Any] = field(default_factory=dict)
     max_attempts: int = 20
+    lease_s: int = 30
 
     def matches(self, ce_type: str, source: str, payload: dict[str, Any]) -> bool:
         if self.type is not None and ce_type != self.type:
@@ -184,6 +185,7 @@ def _rule(s: _Section) -> NotifyRule:
     kind = s.get("kind", _text, "", required=True)
     url = s.get("url", _url, "", required=True)
     max_attempts = s.get("max_attempts", _int_in(1, 1000), 20)
+    lease_s = s.get("lease_s", _int_in(1, 86400), 30)
     when = s.sub("when")
     ce_type = when.get("type", _text, "") or None
     source = when.get("source", _text, "") or None
@@ -191,4 +193,4 @@ def _rule(s: _Section) -> NotifyRule:
     payload = when.get("payload", _mapping, empty)
     when.finish()
     s.finish()
-    return NotifyRule(kind, url, ce_type, source, payload, max_attempts)
+    return NotifyRule(kind, url, ce_type, source, payload, max_attempts, lease_s)

@@ -22,6 +22,7 @@ import psycopg
 from agent.core.decide import Outcome
 from agent.ledger import arbiter, migrations
 from agent.ledger.arrivals import Arrival
+from agent.ledger.config import NotifyRule
 from agent.ledger.connection import connect, describe
 from agent.ledger.errors import LedgerUnavailable
 
@@ -34,9 +35,15 @@ class Writer:
     """One connection, one batch at a time, reconnect with capped backoff."""
 
     def __init__(
-        self, dsn: str | None, *, password: str | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        dsn: str | None,
+        *,
+        password: str | None = None,
+        rules: Sequence[NotifyRule] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._dsn = dsn
+        self._rules = tuple(rules)
         self._password = password
         self._clock = clock
         self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
@@ -85,7 +92,7 @@ class Writer:
         async with self._lock:
             conn = await self._ensure()
             try:
-                return await arbiter.record(conn, batch)
+                return await arbiter.record(conn, batch, rules=self._rules)
             except LedgerUnavailable:
                 await self._drop()
                 self._failed()

@@ -127,6 +127,36 @@ CREATE TABLE public.ledger_schema_version (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE public.notification (
+    id bigint NOT NULL,
+    canonical_id bigint NOT NULL,
+    kind text NOT NULL,
+    url text NOT NULL,
+    idempotency_key text NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    lease_s integer DEFAULT 30 NOT NULL,
+    visible_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    errors text[] DEFAULT '{}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT notification_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
+    CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT notification_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'dead'::text])))
+);
+
+ALTER TABLE public.notification ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.notification_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.pending (
     arrival_id bigint NOT NULL,
     source text,
@@ -165,6 +195,12 @@ ALTER TABLE ONLY public.device_state
 ALTER TABLE ONLY public.ledger_schema_version
     ADD CONSTRAINT ledger_schema_version_pkey PRIMARY KEY (version);
 
+ALTER TABLE ONLY public.notification
+    ADD CONSTRAINT notification_key UNIQUE (canonical_id, kind);
+
+ALTER TABLE ONLY public.notification
+    ADD CONSTRAINT notification_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_key UNIQUE (source, ce_id);
 
@@ -174,6 +210,8 @@ ALTER TABLE ONLY public.pending
 CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
 
 CREATE INDEX conflict_canonical ON public.conflict USING btree (canonical_id);
+
+CREATE INDEX notification_due ON public.notification USING btree (visible_at, id) WHERE (state = 'pending'::text);
 
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
@@ -189,6 +227,9 @@ ALTER TABLE ONLY public.conflict
 
 ALTER TABLE ONLY public.conflict
     ADD CONSTRAINT conflict_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
+
+ALTER TABLE ONLY public.notification
+    ADD CONSTRAINT notification_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
 
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
