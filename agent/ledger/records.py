@@ -10,7 +10,6 @@ arbiter's transaction, before the arrival rows it names (those foreign keys are 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -24,8 +23,8 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 INSERT_BOOTS = """
 INSERT INTO boot (device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence, arrival_id)
-SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::timestamptz[], %b::bool[],
-                     %b::text[], %b::bigint[])
+SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]::timestamptz[],
+                     %b::text[]::timestamptz[], %b::bool[], %b::text[], %b::bigint[])
 ON CONFLICT ON CONSTRAINT boot_key DO NOTHING
 RETURNING arrival_id
 """
@@ -33,7 +32,7 @@ RETURNING arrival_id
 INSERT_ANOMALIES = """
 INSERT INTO anomaly (source, ce_id, boot_id, kind, from_value, to_value, detected_at, evidence, arrival_id)
 SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
-                     %b::timestamptz[], %b::text[], %b::bigint[])
+                     %b::text[]::timestamptz[], %b::text[], %b::bigint[])
 ON CONFLICT ON CONSTRAINT anomaly_key DO NOTHING
 RETURNING arrival_id
 """
@@ -44,10 +43,6 @@ SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[])
 ON CONFLICT ON CONSTRAINT pending_key DO NOTHING
 RETURNING arrival_id
 """
-
-
-def _at(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
 
 
 def _sorted(batch: Sequence[Arrival], ids: list[int], kinds: tuple[str, ...]) -> list[tuple[int, Received]]:
@@ -73,8 +68,8 @@ async def record(conn: Conn, batch: Sequence[Arrival], ids: list[int]) -> dict[i
                 [r.source for _, r in boots],
                 [r.boot_id for _, r in boots],
                 [r.fields.get("previous_boot_id") for _, r in boots],
-                [_at(r.arrival_at) for _, r in boots],
-                [_at(r.source_ts) for _, r in boots],
+                [r.arrival_at for _, r in boots],
+                [r.source_ts for _, r in boots],
                 [bool(r.fields.get("live", True)) for _, r in boots],
                 [canonical_json(r.fields.get("evidence", {})) for _, r in boots],
                 [aid for aid, _ in boots],
@@ -92,7 +87,7 @@ async def record(conn: Conn, batch: Sequence[Arrival], ids: list[int]) -> dict[i
                 [r.fields["kind"] for _, r in anomalies],
                 [r.fields["from"] for _, r in anomalies],
                 [r.fields["to"] for _, r in anomalies],
-                [_at(r.fields["detected_at"]) for _, r in anomalies],
+                [r.fields["detected_at"] for _, r in anomalies],
                 [canonical_json(r.fields.get("evidence", {})) for _, r in anomalies],
                 [aid for aid, _ in anomalies],
             ),

@@ -216,9 +216,6 @@ CREATE INDEX notification_due ON public.notification USING btree (visible_at, id
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
 
-ALTER TABLE ONLY public.arrival
-    ADD CONSTRAINT arrival_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
-
 ALTER TABLE ONLY public.boot
     ADD CONSTRAINT boot_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
 

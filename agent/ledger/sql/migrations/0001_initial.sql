@@ -29,7 +29,9 @@ CREATE TABLE arrival (
                                             'identity_incomplete')),
     decision           text NOT NULL CHECK (decision IN ('inserted', 'duplicate', 'conflict',
                                                          'identity_incomplete', 'rejected')),
-    canonical_id       bigint REFERENCES canonical_event (id),
+    -- No foreign key: the arbiter takes every canonical_id from a row it just read or inserted,
+    -- and canonical rows are never deleted; the per-row check cost ~15 % of a batch.
+    canonical_id       bigint,
     source             text,
     transition_id      text,
     boot_id            text,
