@@ -117,3 +117,21 @@ def test_faults_one_kill_and_one_stop_find_no_problem() -> None:
     for figures in (got, got["stop"]):
         assert figures["problems"] == []
         assert figures["lost"] == 0 and figures["duplicates"] == 0 and figures["integrity_failures"] == 0
+
+
+def test_ledger_quick_compares_the_arbitration_with_copy_and_bare_set_based_sql() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("ledger.py", "--quick", "--rounds", "1", "-n", "1000")
+    assert got["bench"] == "ledger" and got["deliveries"] == 1000
+    for dup in (0, 50):
+        assert_compared(
+            got[f"ledger_dup{dup}"], got[f"bare_set_based_dup{dup}"], got[f"ledger_vs_bare_dup{dup}"]
+        )
+        assert_compared(
+            got[f"ledger_dup{dup}"], got[f"copy_ceiling_dup{dup}"], got[f"ledger_vs_copy_dup{dup}"]
+        )
