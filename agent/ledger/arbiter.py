@@ -112,6 +112,7 @@ async def record(
     """
     if not batch:
         return []
+    batch = [storable(a) for a in batch]
     for attempt in range(1, RETRIES + 1):
         try:
             async with conn.transaction():
@@ -122,6 +123,37 @@ async def record(
         except psycopg.OperationalError as exc:
             raise LedgerUnavailable(f"PostgreSQL: {exc}".strip()) from exc
     raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times on deadlock or serialization")
+
+
+_NUL = "\x00"
+
+
+def storable(arr: Arrival) -> Arrival:
+    """The arrival as PostgreSQL can hold it: text cannot contain U+0000, so a delivery carrying
+    one in an id, its payload or a record's fields is `rejected` with that reason (its raw bytes
+    are kept), and evidence text has it escaped. The SQLite store accepts such text; this is the
+    one input on which the two differ."""
+    gateway = arr.gateway.replace(_NUL, "\\u0000")
+    ce = arr.ce_id.replace(_NUL, "\\u0000") if arr.ce_id else arr.ce_id
+    it = arr.item
+    texts: tuple[str | None, ...] = ()
+    if isinstance(it, Delivery):
+        texts = (it.source, it.transition_id, it.boot_id, it.payload_json)
+    elif isinstance(it, Received):
+        texts = (it.source, it.ce_id, it.boot_id, *(v for v in it.fields.values() if isinstance(v, str)))
+    elif _NUL in it.reason:
+        it = Rejection(it.raw, it.reason.replace(_NUL, "\\u0000"), it.arrival_at, it.receiver, it.line)
+    if any(t and _NUL in t for t in texts):
+        it = Rejection(
+            it.raw,
+            "U+0000 in an id or the payload cannot be stored in PostgreSQL text",
+            it.arrival_at,
+            "",
+            it.line,
+        )
+    if it is arr.item and gateway == arr.gateway and ce == arr.ce_id:
+        return arr
+    return Arrival(it, gateway, arr.via, arr.attempt, arr.replayed, ce)
 
 
 async def decide_batch(

@@ -66,6 +66,23 @@ async def test_a_failed_batch_keeps_nothing_and_the_next_one_goes_on(ledger_conn
     ]
 
 
+async def test_u0000_in_an_id_is_rejected_with_the_reason_and_the_batch_goes_on(ledger_conn: Conn) -> None:
+    lines = [
+        '{"source":"P/T","transitionId":"T\\u0000","bootId":"B1"}',
+        '{"source":"P/T","transitionId":"T2","bootId":"B1","payload":{"note":"a\\u0000b"}}',
+    ]
+    items = [
+        Arrival(parse_delivery(t, arrival_at=NOW, receiver="t", line=n), "gw\x00", "import")
+        for n, t in enumerate(lines, 1)
+    ]
+    outcomes = await arbiter.record(ledger_conn, items)
+    assert [o.decision.value for o in outcomes] == ["rejected", "inserted"]
+    assert "U+0000" in (outcomes[0].reason or "")
+    rows = [a async for a in report.arrivals(ledger_conn)]
+    await ledger_conn.rollback()
+    assert rows[0]["gateway"] == "gw\\u0000" and "\\u0000" in rows[0]["raw"]
+
+
 def _file(path: Path, keys: int, seed: int, gateway: str) -> None:
     order = list(range(keys))
     random.Random(seed).shuffle(order)

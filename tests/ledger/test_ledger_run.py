@@ -106,3 +106,12 @@ def test_run_takes_events_over_http_and_sigterm_exits_0(tmp_path: Path, ledger_d
         ).stdout
     )
     assert [(a["gateway"], a["via"]) for a in report["arrivals"]] == [("gw", "http")]
+
+
+def test_the_example_config_loads() -> None:
+    cfg = config.load(Path(__file__).parents[2] / "ledger.example.yaml", check_files=False)
+    assert cfg.mqtt is not None and cfg.mqtt.subscription == "$share/ledger/+/events/#"
+    assert cfg.http is not None and cfg.http.port == 8088
+    (rule,) = cfg.notify
+    assert rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/Trip", {})
+    assert not rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/OverTemp", {})
