@@ -47,17 +47,20 @@ ARRIVAL = "2026-04-22T08:00:12.180Z"
 
 BASELINE_TABLES = """
 CREATE TABLE raw_copy (source text, transition_id text, boot_id text, gateway text, arrived_at timestamptz,
-                       payload_hash text, payload text);
+                       payload_hash text, payload text, raw bytea);
 CREATE TABLE b_canonical (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, source text NOT NULL,
     transition_id text NOT NULL, boot_id text NOT NULL, payload_hash text NOT NULL, payload text NOT NULL,
     first_gateway text NOT NULL, first_seen_at timestamptz NOT NULL, UNIQUE (source, transition_id, boot_id));
 CREATE TABLE b_arrival (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, canonical_id bigint NOT NULL,
-    decision text NOT NULL, gateway text NOT NULL, arrived_at timestamptz NOT NULL, payload_hash text NOT NULL);
+    decision text NOT NULL, source text, transition_id text, boot_id text, gateway text NOT NULL,
+    arrived_at timestamptz NOT NULL, received_at timestamptz NOT NULL DEFAULT now(), via text NOT NULL,
+    payload_hash text NOT NULL, raw bytea NOT NULL);
+CREATE INDEX b_arrival_canonical ON b_arrival (canonical_id);
 """
 
 STAGE = (
     "CREATE TEMP TABLE stage (seq int, source text, transition_id text, boot_id text, gateway text,"
-    " arrived_at timestamptz, payload_hash text, payload text) ON COMMIT DROP"
+    " arrived_at timestamptz, payload_hash text, payload text, raw bytea) ON COMMIT DROP"
 )
 BARE_CANONICAL = """
 INSERT INTO b_canonical (source, transition_id, boot_id, payload_hash, payload, first_gateway, first_seen_at)
@@ -67,9 +70,10 @@ FROM stage ORDER BY source, transition_id, boot_id, seq
 ON CONFLICT (source, transition_id, boot_id) DO NOTHING
 """
 BARE_ARRIVALS = """
-INSERT INTO b_arrival (canonical_id, decision, gateway, arrived_at, payload_hash)
+INSERT INTO b_arrival (canonical_id, decision, source, transition_id, boot_id, gateway, arrived_at, via,
+                       payload_hash, raw)
 SELECT c.id, CASE WHEN c.payload_hash = s.payload_hash THEN 'duplicate' ELSE 'conflict' END,
-       s.gateway, s.arrived_at, s.payload_hash
+       s.source, s.transition_id, s.boot_id, s.gateway, s.arrived_at, 'import', s.payload_hash, s.raw
 FROM stage s JOIN b_canonical c
   ON c.source = s.source AND c.transition_id = s.transition_id AND c.boot_id = s.boot_id
 ORDER BY s.seq
@@ -104,17 +108,33 @@ def deliveries(n: int, dup_share: float) -> list[Delivery]:
 
 def rows_of(items: list[Delivery]) -> list[tuple[Any, ...]]:
     at = datetime.fromisoformat(ARRIVAL)
-    return [(d.source, d.transition_id, d.boot_id, "gw-a", at, d.payload_hash, d.payload_json) for d in items]
+    return [
+        (
+            d.source,
+            d.transition_id,
+            d.boot_id,
+            "gw-a",
+            at,
+            d.payload_hash,
+            d.payload_json,
+            str(d.raw).encode(),
+        )
+        for d in items
+    ]
 
 
 async def copy_ceiling(dsn: str, items: list[Delivery]) -> None:
     rows = rows_of(items)
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         for start in range(0, len(rows), BATCH):
-            async with conn.transaction(), conn.cursor() as cur, cur.copy(
-                "COPY raw_copy (source, transition_id, boot_id, gateway, arrived_at, payload_hash, payload)"
-                " FROM STDIN"
-            ) as cp:
+            async with (
+                conn.transaction(),
+                conn.cursor() as cur,
+                cur.copy(
+                    "COPY raw_copy (source, transition_id, boot_id, gateway, arrived_at, payload_hash, payload,"
+                    " raw) FROM STDIN"
+                ) as cp,
+            ):
                 for r in rows[start : start + BATCH]:
                     await cp.write_row(r)
 
@@ -126,8 +146,8 @@ async def bare_set_based(dsn: str, items: list[Delivery]) -> None:
             async with conn.transaction(), conn.cursor() as cur:
                 await cur.execute(STAGE)
                 async with cur.copy(
-                    "COPY stage (seq, source, transition_id, boot_id, gateway, arrived_at, payload_hash, payload)"
-                    " FROM STDIN"
+                    "COPY stage (seq, source, transition_id, boot_id, gateway, arrived_at, payload_hash, payload,"
+                    " raw) FROM STDIN"
                 ) as cp:
                     for i, r in enumerate(rows[start : start + BATCH]):
                         await cp.write_row((i, *r))
