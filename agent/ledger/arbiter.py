@@ -11,9 +11,9 @@ Steps, each a set-based statement over the whole batch (never one statement per 
 3. For a key that lost that race, a NEW statement reads the winner's row: under READ COMMITTED
    it sees a row committed while step 2 waited (one statement doing both cannot).
 4. `decide.classify` (pure, the same rules as the SQLite store) decides every delivery.
-5. Every arrival is written (COPY) with its own id and evidence; the canonical rows that got
-   later arrivals are locked in id order and their counts, status and span updated;
-   conflicting content goes to `conflict`; new boots, device state and the pending list follow.
+5. Every arrival is written (COPY) with its own id and evidence; conflicting content goes to
+   `conflict`; new boots, device state and the pending list follow. A canonical row is written
+   once and never updated: its counts, span and status are read from its arrivals.
 
 Any error other than an expected conflict rolls the whole batch back; a deadlock or
 serialization failure (not expected, but cheap to survive) retries the batch.
@@ -45,9 +45,9 @@ RETRIES = 5
 
 INSERT_CANONICAL = """
 INSERT INTO canonical_event (id, source, transition_id, boot_id, source_ts, payload, payload_hash,
-                             first_arrival, last_arrival, first_gateway)
+                             inserted_arrival_at, first_gateway)
 OVERRIDING SYSTEM VALUE
-SELECT i, s, t, b, ts, p, h, a, a, g
+SELECT i, s, t, b, ts, p, h, a, g
 FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::text[]::timestamptz[], %b::text[],
             %b::text[], %b::text[]::timestamptz[], %b::text[]) AS k(i, s, t, b, ts, p, h, a, g)
 ORDER BY s COLLATE "C", t COLLATE "C", b COLLATE "C"
@@ -70,20 +70,6 @@ COPY_ARRIVALS = (
     " payload_hash, reason, flags, gateway, gateway_arrival_at, attempt, replayed, received_at, via,"
     " line, ce_id, raw) FROM STDIN"
 )
-
-LOCK_CANONICAL = "SELECT id FROM canonical_event WHERE id = ANY(%b::bigint[]) ORDER BY id FOR UPDATE"
-
-UPDATE_COUNTS = """
-UPDATE canonical_event c
-SET duplicate_count = c.duplicate_count + u.later,
-    conflict_count = c.conflict_count + u.conflicts,
-    status = CASE WHEN u.conflicts > 0 THEN 'DuplicateConflict' ELSE c.status END,
-    first_arrival = least(c.first_arrival, u.first_at),
-    last_arrival = greatest(c.last_arrival, u.last_at)
-FROM unnest(%b::bigint[], %b::int[], %b::int[], %b::text[]::timestamptz[], %b::text[]::timestamptz[])
-     AS u(id, later, conflicts, first_at, last_at)
-WHERE c.id = u.id
-"""
 
 INSERT_CONFLICTS = """
 INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
@@ -196,8 +182,9 @@ async def _decide_deliveries(
         canonical.update(await _read_canonicals(conn, [k for k in firsts if k not in canonical]))
     if len(canonical) != len(firsts):  # cannot happen: a canonical row is never deleted
         raise LedgerError(f"canonical rows missing for {len(firsts) - len(canonical)} keys after the insert")
-    outcomes, updates = decide.classify(items, canonical, 0, created=created.keys())
-    await _update_counts(conn, updates)
+    # The counts of later arrivals (`updates`) are not written: the report reads them from the
+    # arrivals, so a duplicate never rewrites (or locks) its canonical row.
+    outcomes, _ = decide.classify(items, canonical, 0, created=created.keys())
     await _insert_conflicts(conn, items, outcomes, ids)
     # A device's boots are derived from the key only for import lines (`source` = device/channel);
     # a gateway sends its BootObserved records itself, and a CloudEvents source names the site.
@@ -335,25 +322,6 @@ async def _copy_arrivals(
         lines.append("\t".join(map(_cell, row)))
     async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
         await cp.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
-
-
-async def _update_counts(conn: Conn, updates: list[decide.EventUpdate]) -> None:
-    if not updates:
-        return
-    updates = sorted(updates, key=lambda u: u.canonical_id)
-    ids = [u.canonical_id for u in updates]
-    # Lock in id order first: UPDATE ... FROM unnest locks in whatever order its plan joins.
-    await conn.execute(LOCK_CANONICAL, (ids,))
-    await conn.execute(
-        UPDATE_COUNTS,
-        (
-            ids,
-            [u.later_arrivals for u in updates],
-            [u.conflicts for u in updates],
-            [u.first_arrival for u in updates],
-            [u.last_arrival for u in updates],
-        ),
-    )
 
 
 async def _insert_conflicts(

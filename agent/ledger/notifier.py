@@ -50,7 +50,7 @@ WITH claimed AS (
         FOR UPDATE SKIP LOCKED)
     RETURNING n.id, n.canonical_id, n.kind, n.url, n.idempotency_key, n.attempts, n.max_attempts)
 SELECT c.id, c.kind, c.url, c.idempotency_key, c.attempts, c.max_attempts,
-       e.source, e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival, e.first_gateway
+       e.source, e.transition_id, e.boot_id, e.source_ts, e.payload, e.inserted_arrival_at, e.first_gateway
 FROM claimed c JOIN canonical_event e ON e.id = c.canonical_id
 ORDER BY c.id
 """

@@ -1,4 +1,7 @@
-"""Read-side queries of the ledger, shaped as the contract's `report --json` (section 6) plus the
+"""Read-side queries of the ledger. An event's counts, span and status are read from its arrivals
+(the arbiter never updates a canonical row).
+
+Read-side queries of the ledger, shaped as the contract's `report --json` (section 6) plus the
 ledger's evidence (`gateway`, `via`, `received_at`, `attempt`, `replayed` on each arrival).
 
 Rows are streamed through server-side cursors inside one read-only REPEATABLE READ transaction
@@ -15,7 +18,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from agent.core.contract import Decision, format_timestamp
+from agent.core.contract import Decision, Status, format_timestamp
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -80,9 +83,12 @@ async def summary(conn: Conn) -> dict[str, int]:
 async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
     """Canonical transition events, by id."""
     sql: LiteralString = (
-        "SELECT id, source, transition_id, boot_id, source_ts, status, payload, payload_hash,"
-        " duplicate_count, conflict_count, first_arrival, last_arrival, first_gateway"
-        " FROM canonical_event ORDER BY id"
+        "SELECT c.id, c.source, c.transition_id, c.boot_id, c.source_ts, a.k > 0, c.payload, c.payload_hash,"
+        " a.n - 1, a.k, a.f, a.l, c.first_gateway"
+        " FROM canonical_event c CROSS JOIN LATERAL (SELECT count(*) AS n,"
+        " count(*) FILTER (WHERE decision = 'conflict') AS k, min(gateway_arrival_at) AS f,"
+        " max(gateway_arrival_at) AS l FROM arrival WHERE canonical_id = c.id) a"
+        " ORDER BY c.id"
     )
     async for r in _rows(conn, sql, "report_events"):
         yield {
@@ -91,7 +97,7 @@ async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
             "transitionId": r[2],
             "bootId": r[3],
             "sourceTimestamp": ts(r[4]),
-            "status": r[5],
+            "status": Status.DUPLICATE_CONFLICT.value if r[5] else Status.CANONICAL.value,
             "payload": json.loads(r[6]),
             "payload_hash": r[7],
             "duplicate_count": r[8],

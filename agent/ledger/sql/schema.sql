@@ -87,14 +87,9 @@ CREATE TABLE public.canonical_event (
     source_ts timestamp with time zone,
     payload text NOT NULL,
     payload_hash text NOT NULL,
-    status text DEFAULT 'Canonical'::text NOT NULL,
-    duplicate_count integer DEFAULT 0 NOT NULL,
-    conflict_count integer DEFAULT 0 NOT NULL,
-    first_arrival timestamp with time zone NOT NULL,
-    last_arrival timestamp with time zone NOT NULL,
+    inserted_arrival_at timestamp with time zone NOT NULL,
     first_gateway text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT canonical_event_status_check CHECK ((status = ANY (ARRAY['Canonical'::text, 'DuplicateConflict'::text])))
+    created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 ALTER TABLE public.canonical_event ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (

@@ -12,12 +12,11 @@ CREATE TABLE canonical_event (
     source_ts       timestamptz,
     payload         text NOT NULL,          -- RFC 8785 canonical JSON, exactly what was hashed
     payload_hash    text NOT NULL,
-    status          text NOT NULL DEFAULT 'Canonical'
-                    CHECK (status IN ('Canonical', 'DuplicateConflict')),
-    duplicate_count integer NOT NULL DEFAULT 0,
-    conflict_count  integer NOT NULL DEFAULT 0,
-    first_arrival   timestamptz NOT NULL,
-    last_arrival    timestamptz NOT NULL,
+    -- Written once, never updated: duplicate_count, conflict_count, first/last arrival and the
+    -- status (DuplicateConflict when a conflict arrived) are read from the arrivals (indexed by
+    -- canonical_id). Updating a counter here on every duplicate would rewrite this row (its
+    -- payload too) for every second arrival of a redundant pair and make two arbiters queue on it.
+    inserted_arrival_at timestamptz NOT NULL,   -- arrivalAt of the delivery that inserted it
     first_gateway   text NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT canonical_event_key UNIQUE (source, transition_id, boot_id)
