@@ -53,10 +53,14 @@ def bodies(n: int, gateway: str, per_message: int) -> list[bytes]:
     return [batch_body(evs[i : i + per_message]) for i in range(0, n, per_message)]
 
 
-async def publish(port: int, messages: list[bytes], topic: str = "plant/events/x") -> None:
+async def publish(
+    port: int, messages: list[bytes], topic: str = "plant/events/x", pace_s: float = 0.0
+) -> None:
     async with aiomqtt.Client("127.0.0.1", port, identifier=f"pub-{os.getpid()}-{time.monotonic_ns()}") as c:
         for body in messages:
             await c.publish(topic, body, qos=1)
+            if pace_s:
+                await asyncio.sleep(pace_s)
 
 
 @pytest.fixture
@@ -123,11 +127,13 @@ def test_kill_9_during_a_burst_loses_nothing_and_makes_no_second_canonical(
     asyncio.run(publish(broker.port, probe()))
     wait_for(lambda: counts(ledger_dsn)[1] >= 1, 60, "the probe in PostgreSQL")
     # One gateway sends one event per message, the other batches of 5 (both sink settings).
-    msgs = bodies(n, "gw-a", 1) + bodies(n, "gw-b", 5)
+    a, b = bodies(n, "gw-a", 1), bodies(n, "gw-b", 5)
+    msgs = [m for i, m in enumerate(a) for m in ([m, b[i // 5]] if i % 5 == 0 else [m])]
     done: list[bool] = []
 
     def burst() -> None:
-        asyncio.run(publish(broker.port, msgs))
+        # Paced over several seconds, so that the kills land while messages are still coming.
+        asyncio.run(publish(broker.port, msgs, pace_s=0.004))
         done.append(True)
 
     t = threading.Thread(target=burst, name="publisher")
