@@ -49,7 +49,7 @@ BREAKS = [
     (
         "agent/ledger/arbiter.py",
         "import agent.store.batch",
-        "the ledger decides with core and never reaches into the gateway's store, sources or service",
+        "the ledger never reaches into the gateway's store, sources or service",
     ),
     ("agent/service/recorder.py", "import psycopg", "only the ledger and the CLI speak PostgreSQL"),
 ]
