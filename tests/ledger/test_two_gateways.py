@@ -112,9 +112,15 @@ def test_two_gateways_one_plc_one_canonical_per_transition_with_two_arrivals(
             90,
             "both gateways' boot sightings",
         )
-        for state in (1, 0, 1, 0, 1, 0):
+        for n, state in enumerate((1, 0, 1, 0, 1, 0)):
             step(sim, f"{{transition: PUMP-07/Trip, state: {state}}}")
             time.sleep(0.3)
+            if n == 2:  # kill -9 of the ledger mid-stream: the gateways' messages wait at the broker
+                procs[0].send_signal(signal.SIGKILL)
+                procs[0].wait()
+                procs[0] = subprocess.Popen(
+                    [*AGENT, "ledger", "run", "-c", str(ledger_cfg)], stderr=ledger_log.open("a")
+                )
         step(sim, "{restart: PUMP-07}")
         time.sleep(1.0)
         for state in (1, 0):
@@ -125,7 +131,18 @@ def test_two_gateways_one_plc_one_canonical_per_transition_with_two_arrivals(
             90,
             "8 transitions from each gateway",
         )
+        wait_for(lambda: ledger_log.read_text().count("mqtt intake subscribed") >= 2, 60, "the restart")
         time.sleep(1.0)
+        for name in ("gw-1", "gw-2"):  # each gateway's outbox has drained: every event acknowledged
+            out = subprocess.run(
+                [*AGENT, "--db", str(tmp_path / f"{name}.db"), "outbox", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+            (up,) = [json.loads(line) for line in out.splitlines()]
+            assert up["pending"] == 0, up
     finally:
         for p in reversed(procs):
             if p.poll() is None:
