@@ -60,6 +60,7 @@ class MqttSubscriber:
         self.settings = settings
         self.writer = writer
         self.committed_messages = 0
+        self.connected = False  # subscribed on a live connection
         self._settle = asyncio.Lock()  # held from a batch's commit to its last PUBACK
 
     def _client(self) -> aiomqtt.Client:
@@ -96,7 +97,11 @@ class MqttSubscriber:
                         "mqtt intake subscribed %s as %s", self.settings.subscription, self.settings.client_id
                     )
                     failures = 0
-                    await self._until_stopped(client, stop)
+                    self.connected = True
+                    try:
+                        await self._until_stopped(client, stop)
+                    finally:
+                        self.connected = False
             except aiomqtt.MqttError as exc:
                 if stop.is_set():
                     break

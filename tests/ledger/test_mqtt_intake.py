@@ -226,3 +226,40 @@ def http_post(port: int, body: bytes) -> tuple[int, str | None]:
             return resp.status, None
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers.get("Retry-After")
+
+
+async def test_two_instances_on_one_shared_subscription_split_the_stream_without_overlap(
+    broker: Broker, ledger_dsn: str
+) -> None:
+    from agent.ledger.config import MqttIntake
+    from agent.ledger.intake_mqtt import MqttSubscriber
+    from agent.ledger.writer import Writer
+
+    stop = asyncio.Event()
+    subs = [
+        MqttSubscriber(
+            MqttIntake("127.0.0.1", broker.port, "plant/events/#", "ledger", f"ledger-{k}"),
+            Writer(ledger_dsn),
+        )
+        for k in (1, 2)
+    ]
+    tasks = [asyncio.create_task(s.run(stop)) for s in subs]
+    try:
+        async with asyncio.timeout(60):
+            while True:  # both subscribed: a probe each way is not needed, the broker reports them
+                await asyncio.sleep(0.2)
+                if all(s.connected for s in subs):
+                    break
+        n = 400
+        await publish(broker.port, bodies(n, "gw-a", 1))
+        async with asyncio.timeout(60):
+            while sum(s.committed_messages for s in subs) < n:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        for s in subs:
+            await s.writer.close()
+    shares = [s.committed_messages for s in subs]
+    assert sum(shares) == n and all(share > 0 for share in shares), shares
+    assert counts(ledger_dsn) == (n, n), "every message once: no overlap between the two instances"
