@@ -123,6 +123,20 @@ def migrate_cmd(obj: LedgerContext) -> None:
         click.echo(f"ledger schema is at version {total}; nothing to do")
 
 
+@ledger_group.command("check")
+@click.pass_obj
+def check_cmd(obj: LedgerContext) -> None:
+    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer)."""
+    from agent.ledger import migrations
+
+    async def go() -> None:
+        conn = await obj.open(migrate=False)
+        await conn.close()
+
+    run_ledger(go)
+    click.echo(f"ledger schema is at version {len(migrations.migrations())}")
+
+
 @ledger_group.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--json", "as_json", is_flag=True, help="One JSON result per non-blank line, after commit.")

@@ -191,6 +191,8 @@ def test_without_postgresql_the_import_fails_clearly_and_prints_nothing(tmp_path
 def test_report_on_an_unmigrated_database_says_to_migrate(pg_dsn: str) -> None:
     proc = ledger(pg_dsn, "report", "--json", check=False)
     assert proc.returncode == 74 and "edge-agent ledger migrate" in proc.stderr
+    assert ledger(pg_dsn, "check", check=False).returncode == 74
     assert "migrated to version" in ledger(pg_dsn, "migrate").stdout
+    assert "is at version" in ledger(pg_dsn, "check").stdout
     assert "nothing to do" in ledger(pg_dsn, "migrate").stdout
     assert json.loads(ledger(pg_dsn, "report", "--json").stdout)["summary"]["arrivals"] == 0
