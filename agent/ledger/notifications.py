@@ -24,6 +24,8 @@ from agent.ledger.config import NotifyRule
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
+CHANNEL = "edge_ledger_notifications"
+
 INSERT = """
 INSERT INTO notification (canonical_id, kind, url, idempotency_key, max_attempts, lease_s)
 SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[])
@@ -59,6 +61,10 @@ async def queue(
         return 0
     cols = [list(c) for c in zip(*rows, strict=True)]
     cur = await conn.execute(INSERT, cols)
+    if cur.rowcount:
+        # One payload-free NOTIFY per batch, delivered at COMMIT: wakes the notifiers now
+        # instead of at their next poll.
+        await conn.execute(f"NOTIFY {CHANNEL}")
     return cur.rowcount
 
 

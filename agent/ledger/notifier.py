@@ -32,7 +32,7 @@ from agent.core.contract import Key
 from agent.core.retry import backoff_s
 from agent.ledger.connection import connect
 from agent.ledger.errors import LedgerUnavailable
-from agent.ledger.notifications import ce_id
+from agent.ledger.notifications import CHANNEL, ce_id
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class Notifier:
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self._jitter = jitter
         self._conn: Conn | None = None
+        self._listen: Conn | None = None
         self._db_lock = asyncio.Lock()  # one connection: one transaction at a time
         self.sent = 0
 
@@ -212,12 +213,42 @@ class Notifier:
                     await self.close()
                     n = 0
                 if n == 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self.poll_s)
+                    await self._idle(stop)
         await self.close()
 
+    async def _idle(self, stop: asyncio.Event) -> None:
+        """Wait for a NOTIFY from an arbiter, `stop`, or `poll_s` (polling anyway: a notification
+        is lost while the listening connection is down, and leases run out without one)."""
+        waits: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait(), name="notifier-stop")]
+        try:
+            if self._listen is None or self._listen.closed:
+                self._listen = await psycopg.AsyncConnection.connect(
+                    self._conninfo(), autocommit=True, application_name="edge-agent-ledger-listen"
+                )
+                await self._listen.execute(f"LISTEN {CHANNEL}")
+            waits.append(asyncio.create_task(self._one_notify(self._listen), name="notifier-listen"))
+        except psycopg.OperationalError as exc:
+            log.debug("notifier: no LISTEN connection (%s); polling", exc)
+        try:
+            await asyncio.wait(waits, timeout=self.poll_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in waits:
+                t.cancel()
+            for t in waits:
+                with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+                    await t
+
+    async def _one_notify(self, conn: Conn) -> None:
+        async for _ in conn.notifies(timeout=self.poll_s, stop_after=1):
+            return
+
+    def _conninfo(self) -> str:
+        dsn = self._dsn or ""
+        return psycopg.conninfo.make_conninfo(dsn, password=self._password) if self._password else dsn
+
     async def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                await self._conn.close()
-            self._conn = None
+        for conn in (self._conn, self._listen):
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.close()
+        self._conn = self._listen = None

@@ -2,7 +2,8 @@
 
 Start: read the password file, try PostgreSQL once (and migrate); when it is down the intakes
 still start and refuse to acknowledge (HTTP 503, MQTT holds its PUBACKs) until it returns.
-The notifier (when `notify` rules exist) polls for due rows every second on its own connection.
+The notifier (when `notify` rules exist) works on its own connection, woken by the arbiter's
+NOTIFY and polling every second anyway.
 SIGTERM / SIGINT: stop taking new work, let in-flight batches commit (or fail unacknowledged),
 let in-flight notifications settle, close, exit 0.
 """

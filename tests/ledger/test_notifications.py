@@ -260,3 +260,21 @@ async def test_kill_9_between_send_and_mark_resends_with_the_next_attempt_and_th
     assert first["headers"]["Idempotency-Key"] == second["headers"]["Idempotency-Key"]
     assert (first["headers"]["Notification-Attempt"], second["headers"]["Notification-Attempt"]) == ("1", "2")
     assert procs[-1].returncode == 0
+
+
+async def test_an_inserted_event_wakes_an_idle_notifier_at_once_by_listen_notify(
+    ledger_conn: Conn, ledger_dsn: str, receiver: Receiver
+) -> None:
+    worker = Notifier(ledger_dsn, poll_s=60.0)  # without NOTIFY it would wait a minute
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await asyncio.sleep(1.0)  # idle, listening
+        await record(ledger_conn, [line(1)], [NotifyRule("trip", receiver.url)])
+        async with asyncio.timeout(20):
+            while not receiver.got:
+                await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await task
+    assert receiver.got[0]["headers"]["Notification-Attempt"] == "1"
