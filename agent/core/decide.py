@@ -74,6 +74,7 @@ def classify(
     *,
     pruned: Container[int] = frozenset(),
     forgotten: Mapping[tuple[str, str], str] | None = None,
+    created: Container[Key] | None = None,
 ) -> tuple[list[Outcome], list[EventUpdate]]:
     """Decide every item of a batch, in order.
 
@@ -81,6 +82,10 @@ def classify(
     canonical payload_hash) as read back after the insert. `pruned` holds the
     canonical ids that are compact key records (payload pruned); `forgotten`
     maps (source, bootId) to the latest arrival of a key forgotten for it.
+    `created`, when given, names the keys whose canonical row this batch's own
+    insert created (the ledger's `INSERT ... RETURNING`: with several writers
+    ids are not a high-water mark); otherwise an id above `max_id_before` means
+    created by this batch (the SQLite store, the only writer of its file).
     Returns one Outcome per item and the updates for canonical events that got
     later arrivals.
     """
@@ -96,7 +101,8 @@ def classify(
             oc = Outcome(Decision.IDENTITY_INCOMPLETE, None, None, incomplete_reason(item.missing))
         else:
             cid, canonical_hash = canonical[key]
-            first_of_new = cid > max_id_before and key not in seen_in_batch
+            new = key in created if created is not None else cid > max_id_before
+            first_of_new = new and key not in seen_in_batch
             seen_in_batch.add(key)
             if first_of_new:
                 oc = _inserted(item, key, cid, forgotten)

@@ -120,3 +120,35 @@ def test_faults_one_kill_and_one_stop_find_no_problem() -> None:
     for figures in (got, got["stop"]):
         assert figures["problems"] == []
         assert figures["lost"] == 0 and figures["duplicates"] == 0 and figures["integrity_failures"] == 0
+
+
+def test_ledger_quick_compares_the_arbitration_with_copy_and_bare_set_based_sql() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("ledger.py", "--quick", "--rounds", "1", "-n", "1000")
+    assert got["bench"] == "ledger" and got["deliveries"] == 1000
+    for dup in (0, 50):
+        assert_compared(
+            got[f"ledger_dup{dup}"], got[f"bare_set_based_dup{dup}"], got[f"ledger_vs_bare_dup{dup}"]
+        )
+        assert_compared(
+            got[f"ledger_dup{dup}"], got[f"copy_ceiling_dup{dup}"], got[f"ledger_vs_copy_dup{dup}"]
+        )
+
+
+def test_ledger_mqtt_quick_compares_the_intake_with_a_bare_subscriber() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+    from mosquitto import MOSQUITTO
+
+    if pgcluster.find_binaries() is None or MOSQUITTO is None:
+        pytest.skip("needs PostgreSQL server binaries (initdb, pg_ctl) and mosquitto")
+    got = run_bench("ledger_mqtt.py", "--quick", "--rounds", "1", "-n", "200")
+    assert got["bench"] == "ledger_mqtt" and got["messages"] == 200
+    assert_compared(got["ledger_msgs_per_s"], got["bare_msgs_per_s"], got["ledger_vs_bare"])
+    assert_compared(got["ledger_x2_msgs_per_s"], got["ledger_msgs_per_s"], got["two_vs_one"])

@@ -46,6 +46,12 @@ BREAKS = [
         "import agent.core.contract",
         "devices/ is an independent peer: it never imports agent",
     ),
+    (
+        "agent/ledger/arbiter.py",
+        "import agent.store.batch",
+        "the ledger never reaches into the gateway's store, sources or service",
+    ),
+    ("agent/service/recorder.py", "import psycopg", "only the ledger and the CLI speak PostgreSQL"),
 ]
 
 

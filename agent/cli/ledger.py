@@ -1,0 +1,328 @@
+"""`edge-agent ledger ...`: the central ledger's commands (migrate, import, report).
+
+The ledger's modules need psycopg (the optional extra `edge-agent[ledger]`), so they are
+imported inside each command: a gateway without the extra still runs every other command, and
+`edge-agent ledger` without it says what to install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from agent.cli.context import EX_CONFIG, EX_IOERR, EX_UNAVAILABLE
+from agent.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import psycopg
+
+T = TypeVar("T")
+
+LEDGER_EXIT_HELP = (
+    "Exit codes: 0 ok, 1 unexpected error, 2 usage, 69 PostgreSQL could not be reached, 74 the ledger "
+    "could not be written or its schema is not this program's, 78 configuration error or the ledger "
+    "extra is not installed."
+)
+
+
+class LedgerContext:
+    def __init__(self, dsn: str | None) -> None:
+        self.dsn = dsn
+
+    async def open(self, *, migrate: bool) -> psycopg.AsyncConnection[tuple[Any, ...]]:
+        """A connection; with `migrate`, the schema brought up to date, else checked."""
+        from agent.ledger import migrations
+        from agent.ledger.connection import connect
+
+        conn = await connect(self.dsn)
+        try:
+            if migrate:
+                await migrations.migrate(conn)
+            else:
+                await migrations.check(conn)
+        except Exception:
+            await conn.close()
+            raise
+        return conn
+
+
+def _require_extra() -> None:
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        click.echo(
+            "edge-agent: the ledger needs its optional dependencies: pip install 'edge-agent[ledger]'",
+            err=True,
+        )
+        sys.exit(EX_CONFIG)
+
+
+def run_ledger(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a ledger command's coroutine and map the ledger's errors to exit codes."""
+    from agent.ledger.errors import LedgerError, LedgerUnavailable
+
+    try:
+        return asyncio.run(fn())  # type: ignore[arg-type]
+    except ConfigError as exc:
+        click.echo(f"edge-agent ledger: configuration error: {exc}", err=True)
+        sys.exit(EX_CONFIG)
+    except LedgerUnavailable as exc:
+        click.echo(f"edge-agent ledger: {exc}", err=True)
+        sys.exit(EX_UNAVAILABLE)
+    except LedgerError as exc:
+        click.echo(f"edge-agent ledger: {exc}", err=True)
+        sys.exit(EX_IOERR)
+
+
+@click.group("ledger", epilog=LEDGER_EXIT_HELP)
+@click.option(
+    "--dsn",
+    metavar="DSN",
+    envvar="EDGE_LEDGER_DSN",
+    help="PostgreSQL connection (URI or key=value). Default: the libpq environment "
+    "(PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSFILE). Never put a password here: use PGPASSFILE.",
+)
+@click.pass_context
+def ledger_group(ctx: click.Context, dsn: str | None) -> None:
+    """The central ledger: many gateways' events in one PostgreSQL, arbitrated by unique keys.
+
+    \b
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" migrate
+      edge-agent ledger import capture.jsonl --json
+      edge-agent ledger report --json
+    """
+    _require_extra()
+    ctx.obj = LedgerContext(dsn)
+
+
+@ledger_group.command("migrate")
+@click.pass_obj
+def migrate_cmd(obj: LedgerContext) -> None:
+    """Create or upgrade the ledger schema (numbered migrations; a newer schema is refused)."""
+    from agent.ledger import migrations
+
+    async def go() -> list[int]:
+        from agent.ledger.connection import connect
+
+        c = await connect(obj.dsn)
+        try:
+            return await migrations.migrate(c)
+        finally:
+            await c.close()
+
+    applied = run_ledger(go)
+    total = len(migrations.migrations())
+    if applied:
+        click.echo(f"ledger schema migrated to version {total} (applied {', '.join(map(str, applied))})")
+    else:
+        click.echo(f"ledger schema is at version {total}; nothing to do")
+
+
+@ledger_group.command("check")
+@click.pass_obj
+def check_cmd(obj: LedgerContext) -> None:
+    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer)."""
+    from agent.ledger import migrations
+
+    async def go() -> None:
+        conn = await obj.open(migrate=False)
+        await conn.close()
+
+    run_ledger(go)
+    click.echo(f"ledger schema is at version {len(migrations.migrations())}")
+
+
+@ledger_group.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option("--json", "as_json", is_flag=True, help="One JSON result per non-blank line, after commit.")
+@click.option(
+    "--gateway",
+    metavar="NAME",
+    default="import",
+    show_default=True,
+    help="Gateway recorded for lines without their own `gateway` field.",
+)
+@click.pass_obj
+def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> None:
+    """Ingest FILE (the offline JSON Lines file of the contract) into the ledger.
+
+    Each batch is one transaction; with --json its result lines (exactly as `edge-agent import
+    --json`) are printed only after it committed.
+    """
+    from agent.cli.records import ImportTally, _json_results
+    from agent.ledger import arbiter
+    from agent.ledger.arrivals import from_import
+    from agent.sources.importer import read_batches
+
+    tally = ImportTally()
+
+    async def go() -> None:
+        conn = await obj.open(migrate=True)
+        try:
+            for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
+                outcomes = await arbiter.record(conn, [from_import(it, gateway) for it in batch.items])
+                if as_json:
+                    sys.stdout.write(_json_results(batch.lines, outcomes))
+                    sys.stdout.flush()
+                tally.add(batch.lines, outcomes)
+        finally:
+            await conn.close()
+
+    run_ledger(go)
+    if not as_json:
+        for line in tally.lines(file):
+            click.echo(line)
+
+
+@ledger_group.command("run")
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    metavar="FILE",
+    default="/etc/edge-ledger/ledger.yaml",
+    show_default=True,
+    help="Ledger configuration (YAML): dsn, mqtt and/or http intake, notify rules.",
+)
+@click.pass_obj
+def run_cmd(obj: LedgerContext, config_path: str) -> None:
+    """Run the intakes until SIGTERM (then drain and exit 0); the group's --dsn wins over the config's."""
+    import logging
+
+    from agent.ledger import config, service
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    async def go() -> None:
+        cfg = config.load(config_path)
+        await service.run(cfg, dsn=obj.dsn)
+
+    run_ledger(go)
+
+
+@ledger_group.group("notifications", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row, one per line.")
+@click.pass_context
+def notifications_group(ctx: click.Context, as_json: bool) -> None:
+    """The notification outbox: every row with its state, attempts and last error."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from agent.ledger import notifications
+
+    obj: LedgerContext = ctx.obj
+
+    async def go() -> list[dict[str, Any]]:
+        conn = await obj.open(migrate=False)
+        try:
+            return await notifications.listing(conn)
+        finally:
+            await conn.close()
+
+    rows = run_ledger(go)
+    for row in rows:
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            click.echo(
+                f"{row['notification_id']}\t{row['state']}\t{row['kind']}\tcanonical {row['canonical_id']}"
+                f"\tattempts {row['attempts']}/{row['max_attempts']}\t{row['last_error'] or ''}"
+            )
+
+
+@notifications_group.command("retry")
+@click.option("--id", "ids", type=int, multiple=True, help="Only these rows (default: every dead row).")
+@click.option(
+    "--attempts", default=5, show_default=True, type=click.IntRange(1, 1000), help="Attempts to give."
+)
+@click.pass_obj
+def retry_cmd(obj: LedgerContext, ids: tuple[int, ...], attempts: int) -> None:
+    """Make dead notifications pending again (an operator's decision; the ledger never does it)."""
+    from agent.ledger import notifications
+
+    async def go() -> int:
+        conn = await obj.open(migrate=False)
+        try:
+            return await notifications.retry_dead(conn, ids=ids, more_attempts=attempts)
+        finally:
+            await conn.close()
+
+    click.echo(f"{run_ledger(go)} dead notifications are pending again")
+
+
+async def _json_list(w: Callable[[str], Any], name: str, rows: AsyncIterator[dict[str, Any]]) -> None:
+    w(f', "{name}": [')
+    first = True
+    async for row in rows:
+        w(("" if first else ", ") + json.dumps(row, ensure_ascii=False))
+        first = False
+    w("]")
+
+
+@ledger_group.command("report")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ..."
+)
+@click.pass_obj
+def report_cmd(obj: LedgerContext, as_json: bool) -> None:
+    """Canonical events, arrivals with their evidence, boots, gaps, anomalies, pending, conflicts."""
+    from agent.ledger import report
+
+    async def go() -> None:
+        conn = await obj.open(migrate=False)
+        try:
+            async with report.snapshot(conn):
+                summary = await report.summary(conn)
+                if as_json:
+                    await _write_json(conn, summary)
+                else:
+                    await _write_tables(conn, summary)
+        finally:
+            await conn.close()
+
+    run_ledger(go)
+
+
+async def _write_json(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int]) -> None:
+    from agent.ledger import notifications, report
+
+    w = sys.stdout.write
+    w('{"summary": ' + json.dumps(summary))
+    await _json_list(w, "events", report.events(conn))
+    await _json_list(w, "arrivals", report.arrivals(conn))
+    await _json_list(w, "boots", report.boots(conn))
+    await _json_list(w, "gaps", report.anomalies(conn, gaps=True))
+    await _json_list(w, "anomalies", report.anomalies(conn, gaps=False))
+    await _json_list(w, "pending", report.pending(conn))
+    await _json_list(w, "conflicts", report.conflicts(conn))
+    w(', "notifications": ' + json.dumps(await notifications.listing(conn)))
+    w("}\n")
+
+
+async def _write_tables(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int]) -> None:
+    from agent.ledger import report
+
+    click.echo("  ".join(f"{k} {v}" for k, v in summary.items()))
+    click.echo("")
+    head = ("id", "status", "source", "transitionId", "bootId", "sourceTimestamp", "first_arrival", "dups")
+    click.echo("\t".join(head))
+    async for ev in report.events(conn):
+        click.echo(
+            "\t".join(
+                str(x)
+                for x in (
+                    ev["canonical_id"],
+                    ev["status"],
+                    ev["source"],
+                    ev["transitionId"],
+                    ev["bootId"],
+                    ev["sourceTimestamp"] or "-",
+                    ev["first_arrival"],
+                    ev["duplicate_count"],
+                )
+            )
+        )

@@ -1,0 +1,392 @@
+"""The batch arbitration: one transaction per batch, decided by `agent.core.decide`.
+
+Steps, each a set-based statement over the whole batch (never one statement per delivery):
+
+1. Read the canonical rows the batch's keys already have (the common case of a re-delivery
+   then writes nothing to the unique index).
+2. `INSERT ... SELECT FROM unnest(...) ORDER BY key ON CONFLICT DO NOTHING RETURNING`: the first
+   delivery of every other key, sorted by key (COLLATE "C") so that two arbiters take the
+   unique index's locks in one order and never deadlock. A key another arbiter holds
+   uncommitted makes this statement wait; an expected conflict never aborts the transaction.
+3. For a key that lost that race, a NEW statement reads the winner's row: under READ COMMITTED
+   it sees a row committed while step 2 waited (one statement doing both cannot).
+4. `decide.classify` (pure, the same rules as the SQLite store) decides every delivery.
+5. Every arrival is written (COPY) with its own id and evidence; conflicting content goes to
+   `conflict`; new boots, device state and the pending list follow. A canonical row is written
+   once and never updated: its counts, span and status are read from its arrivals.
+
+Any error other than an expected conflict rolls the whole batch back; a deadlock or
+serialization failure (not expected, but cheap to survive) retries the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from agent.core import decide
+from agent.core.contract import Decision, Delivery, Key, Rejection
+from agent.ledger import notifications, records
+from agent.ledger.arrivals import Arrival, Received
+from agent.ledger.config import NotifyRule
+from agent.ledger.errors import LedgerError, LedgerUnavailable
+
+log = logging.getLogger(__name__)
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+RETRIES = 5
+
+INSERT_CANONICAL = """
+INSERT INTO canonical_event (id, source, transition_id, boot_id, source_ts, payload, payload_hash,
+                             inserted_arrival_at, first_gateway)
+OVERRIDING SYSTEM VALUE
+SELECT i, s, t, b, ts, p, h, a, g
+FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::text[]::timestamptz[], %b::text[],
+            %b::text[], %b::text[]::timestamptz[], %b::text[]) AS k(i, s, t, b, ts, p, h, a, g)
+ORDER BY s COLLATE "C", t COLLATE "C", b COLLATE "C"
+ON CONFLICT ON CONSTRAINT canonical_event_key DO NOTHING
+RETURNING source, transition_id, boot_id, id, payload_hash
+"""
+
+CANONICAL_IDS = "SELECT nextval(pg_get_serial_sequence('canonical_event', 'id')) FROM generate_series(1, %s)"
+
+READ_CANONICAL = """
+SELECT c.source, c.transition_id, c.boot_id, c.id, c.payload_hash
+FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(s, t, b)
+JOIN canonical_event c ON c.source = k.s AND c.transition_id = k.t AND c.boot_id = k.b
+"""
+
+ARRIVAL_IDS = "SELECT nextval(pg_get_serial_sequence('arrival', 'id')) FROM generate_series(1, %s)"
+
+COPY_ARRIVALS = (
+    "COPY arrival (id, kind, decision, canonical_id, source, transition_id, boot_id, source_ts,"
+    " payload_hash, reason, flags, gateway, gateway_arrival_at, attempt, replayed, received_at, via,"
+    " line, ce_id, raw) FROM STDIN"
+)
+
+INSERT_CONFLICTS = """
+INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
+SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[]::timestamptz[])
+"""
+
+INSERT_PENDING = "INSERT INTO pending (arrival_id) SELECT unnest(%b::bigint[])"
+
+
+def _flags(flags: tuple[str, ...]) -> str:
+    """A text[] literal of flag words (lowercase words: nothing to quote)."""
+    return "{" + ",".join(flags) + "}"
+
+
+async def record(
+    conn: Conn,
+    batch: Sequence[Arrival],
+    *,
+    now: datetime | None = None,
+    rules: Sequence[NotifyRule] = (),
+) -> list[decide.Outcome]:
+    """Decide and commit one batch; returns one Outcome per arrival, in order.
+
+    Returns only after COMMIT: an outcome is a promise that survives a crash of the ledger.
+    Raises LedgerUnavailable when PostgreSQL cannot be reached (nothing of the batch kept).
+    """
+    if not batch:
+        return []
+    batch = [storable(a) for a in batch]
+    for attempt in range(1, RETRIES + 1):
+        try:
+            async with conn.transaction():
+                return await decide_batch(conn, batch, now or datetime.now(UTC), rules)
+        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
+            log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
+            await asyncio.sleep(0.01 * attempt)
+        except psycopg.OperationalError as exc:
+            raise LedgerUnavailable(f"PostgreSQL: {exc}".strip()) from exc
+    raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times on deadlock or serialization")
+
+
+_NUL = "\x00"
+
+
+def storable(arr: Arrival) -> Arrival:
+    """The arrival as PostgreSQL can hold it: text cannot contain U+0000, so a delivery carrying
+    one in an id, its payload or a record's fields is `rejected` with that reason (its raw bytes
+    are kept), and evidence text has it escaped. The SQLite store accepts such text; this is the
+    one input on which the two differ."""
+    gateway = arr.gateway.replace(_NUL, "\\u0000")
+    ce = arr.ce_id.replace(_NUL, "\\u0000") if arr.ce_id else arr.ce_id
+    it = arr.item
+    texts: tuple[str | None, ...] = ()
+    if isinstance(it, Delivery):
+        texts = (it.source, it.transition_id, it.boot_id, it.payload_json)
+    elif isinstance(it, Received):
+        texts = (it.source, it.ce_id, it.boot_id, *(v for v in it.fields.values() if isinstance(v, str)))
+    elif _NUL in it.reason:
+        it = Rejection(it.raw, it.reason.replace(_NUL, "\\u0000"), it.arrival_at, it.receiver, it.line)
+    if any(t and _NUL in t for t in texts):
+        it = Rejection(
+            it.raw,
+            "U+0000 in an id or the payload cannot be stored in PostgreSQL text",
+            it.arrival_at,
+            "",
+            it.line,
+        )
+    if it is arr.item and gateway == arr.gateway and ce == arr.ce_id:
+        return arr
+    return Arrival(it, gateway, arr.via, arr.attempt, arr.replayed, ce)
+
+
+async def decide_batch(
+    conn: Conn, batch: Sequence[Arrival], now: datetime, rules: Sequence[NotifyRule] = ()
+) -> list[decide.Outcome]:
+    """The steps of one batch, inside the caller's transaction."""
+    items = [a.item for a in batch]
+    ids = await _arrival_ids(conn, len(batch))
+    where = [i for i, it in enumerate(items) if not isinstance(it, Received)]
+    deliveries: list[Delivery | Rejection] = [it for it in items if not isinstance(it, Received)]
+    outcomes: list[decide.Outcome | None] = [None] * len(batch)
+    for i, oc in zip(where, await _decide_deliveries(conn, batch, deliveries, ids, where), strict=True):
+        outcomes[i] = oc
+    for i, oc in (await records.record(conn, batch, ids)).items():
+        outcomes[i] = oc
+    done = [oc for oc in outcomes if oc is not None]
+    assert len(done) == len(batch)
+    await _copy_arrivals(conn, batch, done, ids, now)
+    if rules:
+        await notifications.queue(conn, batch, done, rules)
+    return done
+
+
+async def _decide_deliveries(
+    conn: Conn,
+    batch: Sequence[Arrival],
+    items: list[Delivery | Rejection],
+    all_ids: list[int],
+    where: list[int],
+) -> list[decide.Outcome]:
+    """Transitions (and rejections): canonical rows, the decision, counts, conflicts, boots, pending."""
+    if not items:
+        return []
+    ids = [all_ids[i] for i in where]
+    firsts = {key: where[i] for key, i in _firsts(items).items()}
+    canonical = await _read_canonicals(conn, list(firsts))
+    created = await _insert_canonicals(conn, batch, {k: i for k, i in firsts.items() if k not in canonical})
+    canonical.update(created)
+    if len(canonical) < len(firsts):  # another arbiter committed some of our new keys meanwhile
+        canonical.update(await _read_canonicals(conn, [k for k in firsts if k not in canonical]))
+    if len(canonical) != len(firsts):  # cannot happen: a canonical row is never deleted
+        raise LedgerError(f"canonical rows missing for {len(firsts) - len(canonical)} keys after the insert")
+    # The counts of later arrivals (`updates`) are not written: the report reads them from the
+    # arrivals, so a duplicate never rewrites (or locks) its canonical row.
+    outcomes, _ = decide.classify(items, canonical, 0, created=created.keys())
+    await _insert_conflicts(conn, items, outcomes, ids)
+    # A device's boots are derived from the key only for import lines (`source` = device/channel);
+    # a gateway sends its BootObserved records itself, and a CloudEvents source names the site.
+    sightings = [
+        s for s in decide.sightings_of(items) if s.index is None or batch[where[s.index]].via == "import"
+    ]
+    await record_boots(conn, sightings, ids)
+    pending = [i for i, oc in zip(ids, outcomes, strict=True) if oc.decision is Decision.IDENTITY_INCOMPLETE]
+    if pending:
+        await conn.execute(INSERT_PENDING, (pending,))
+    return outcomes
+
+
+def _firsts(items: Sequence[Delivery | Rejection]) -> dict[Key, int]:
+    """The position of the first complete delivery of every key."""
+    firsts: dict[Key, int] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, Delivery) and item.key is not None and item.key not in firsts:
+            firsts[item.key] = i
+    return firsts
+
+
+async def _insert_canonicals(
+    conn: Conn, batch: Sequence[Arrival], new: dict[Key, int]
+) -> dict[Key, tuple[int, str]]:
+    """Insert the keys not seen before; returns those this statement created.
+
+    Ids are drawn in batch order (so a single writer numbers events as the SQLite store does);
+    the rows go in in key order (the lock order). A key another arbiter inserted first is
+    skipped by ON CONFLICT and its drawn id is never used.
+    """
+    if not new:
+        return {}
+    cur = await conn.execute(CANONICAL_IDS, (len(new),))
+    ids = sorted(int(r[0]) for r in await cur.fetchall())
+    cols: list[list[Any]] = [[] for _ in range(9)]
+    for cid, (key, i) in zip(ids, new.items(), strict=True):
+        d = batch[i].item
+        assert isinstance(d, Delivery)
+        row = (
+            cid,
+            key.source,
+            key.transition_id,
+            key.boot_id,
+            d.source_timestamp,
+            d.payload_json,
+            d.payload_hash,
+            d.arrival_at,
+            batch[i].gateway,
+        )
+        for col, value in zip(cols, row, strict=True):
+            col.append(value)
+    cur = await conn.execute(INSERT_CANONICAL, cols)
+    return {Key(r[0], r[1], r[2]): (int(r[3]), str(r[4])) for r in await cur.fetchall()}
+
+
+async def _read_canonicals(conn: Conn, keys: list[Key]) -> dict[Key, tuple[int, str]]:
+    if not keys:
+        return {}
+    cur = await conn.execute(
+        READ_CANONICAL,
+        ([k.source for k in keys], [k.transition_id for k in keys], [k.boot_id for k in keys]),
+    )
+    return {Key(r[0], r[1], r[2]): (int(r[3]), str(r[4])) for r in await cur.fetchall()}
+
+
+async def _arrival_ids(conn: Conn, n: int) -> list[int]:
+    cur = await conn.execute(ARRIVAL_IDS, (n,))
+    return sorted(int(r[0]) for r in await cur.fetchall())
+
+
+def _raw_bytes(raw: str | bytes) -> bytes:
+    return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+
+
+def _arrival_row(arr: Arrival) -> tuple[str | None, ...]:
+    """(kind, source, transitionId, bootId, sourceTimestamp, payload_hash) of an arrival."""
+    it = arr.item
+    if isinstance(it, Delivery):
+        return ("transition", it.source, it.transition_id, it.boot_id, it.source_timestamp, it.payload_hash)
+    if isinstance(it, Received):
+        return (it.kind, it.source, None, it.boot_id, it.source_ts, None)
+    return (None, None, None, None, None, None)
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _cell(value: object) -> str:
+    """One value in COPY's text format (NULL is \\N; bytea as escaped hex)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, str):
+        return value.translate(_COPY_ESCAPES)
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, bytes):
+        return "\\\\x" + value.hex()
+    return str(value)
+
+
+async def _copy_arrivals(
+    conn: Conn, batch: Sequence[Arrival], outcomes: list[decide.Outcome], ids: list[int], now: datetime
+) -> None:
+    """Every arrival in one COPY. The rows are formatted here in COPY's text format and sent as
+    one buffer: per-row adaptation was the largest client cost of a batch (PostgreSQL parses the
+    timestamps, which are already normalised text)."""
+    received = now.isoformat()
+    lines = []
+    for aid, arr, oc in zip(ids, batch, outcomes, strict=True):
+        it = arr.item
+        kind, source, tid, bid, sts, phash = _arrival_row(arr)
+        row = (
+            aid,
+            kind,
+            oc.decision.value,
+            oc.canonical_id,
+            source,
+            tid,
+            bid,
+            sts,
+            phash,
+            oc.reason,
+            _flags(oc.flags),
+            arr.gateway,
+            it.arrival_at,
+            arr.attempt,
+            arr.replayed,
+            received,
+            arr.via,
+            it.line,
+            arr.ce_id,
+            _raw_bytes(it.raw),
+        )
+        lines.append("\t".join(map(_cell, row)))
+    async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
+        await cp.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+
+
+async def _insert_conflicts(
+    conn: Conn, items: Sequence[Delivery | Rejection], outcomes: list[decide.Outcome], ids: list[int]
+) -> None:
+    rows = [
+        (aid, oc.canonical_id, it.payload_json, it.payload_hash, it.source_timestamp)
+        for aid, it, oc in zip(ids, items, outcomes, strict=True)
+        if oc.decision is Decision.CONFLICT and isinstance(it, Delivery)
+    ]
+    if rows:
+        await conn.execute(INSERT_CONFLICTS, [list(col) for col in zip(*rows, strict=True)])
+
+
+async def record_boots(conn: Conn, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> None:
+    """BootObserved rows for boots not seen before (`decide.new_boots`), and each device's latest live boot.
+
+    The devices' state rows are locked (in device order) first, so two arbiters seeing one new
+    boot agree on its previous_bootId; the boot insert is arbitrated by its unique key.
+    """
+    if not sightings:
+        return
+    devices = sorted({s.device for s in sightings})
+    cur = await conn.execute(
+        "SELECT device, last_live_boot FROM device_state WHERE device = ANY(%b::text[])"
+        ' ORDER BY device COLLATE "C" FOR UPDATE',
+        (devices,),
+    )
+    last_live: dict[str, str | None] = {r[0]: r[1] for r in await cur.fetchall()}
+    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
+    cur = await conn.execute(
+        "SELECT b.device, b.boot_id FROM unnest(%b::text[], %b::text[]) AS p(d, b)"
+        " JOIN boot b ON b.device = p.d AND b.boot_id = p.b",
+        ([d for d, _ in pairs], [b for _, b in pairs]),
+    )
+    known = {(r[0], r[1]) for r in await cur.fetchall()}
+    records, changed = decide.new_boots(sightings, known, last_live)
+    if not records:
+        return
+    index_of = {(s.device, s.boot_id): s.index for s in reversed(sightings)}
+    records.sort(key=lambda r: (r.device.encode(), r.boot_id.encode()))
+    await conn.execute(
+        "INSERT INTO boot (device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence,"
+        " arrival_id) SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]::timestamptz[],"
+        " %b::text[]::timestamptz[], %b::bool[], %b::text[], %b::bigint[])"
+        " ON CONFLICT ON CONSTRAINT boot_key DO NOTHING",
+        (
+            [r.device for r in records],
+            [r.boot_id for r in records],
+            [r.previous_boot_id for r in records],
+            [r.first_arrival for r in records],
+            [r.source_ts for r in records],
+            [r.live for r in records],
+            [r.evidence_json for r in records],
+            [_arrival_of(index_of.get((r.device, r.boot_id)), arrival_ids) for r in records],
+        ),
+    )
+    if changed:
+        ordered = sorted(changed.items(), key=lambda kv: kv[0].encode())
+        await conn.execute(
+            "INSERT INTO device_state (device, last_live_boot) SELECT * FROM unnest(%b::text[], %b::text[])"
+            " ON CONFLICT (device) DO UPDATE SET last_live_boot = excluded.last_live_boot",
+            ([d for d, _ in ordered], [b for _, b in ordered]),
+        )
+
+
+def _arrival_of(index: int | None, arrival_ids: list[int]) -> int | None:
+    return arrival_ids[index] if index is not None else None

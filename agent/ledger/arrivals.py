@@ -1,0 +1,60 @@
+"""One delivery as the ledger receives it: the parsed item and the evidence around it (pure data).
+
+The evidence (`gateway`, `gateway_arrival_at`, `attempt`, `replayed`, `via`) never takes part
+in identity; `received_at` is the ledger's clock, set per batch by the arbiter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.core.contract import Delivery, Rejection
+
+Via = Literal["mqtt", "http", "import"]
+VIAS: tuple[Via, ...] = ("mqtt", "http", "import")
+DEFAULT_IMPORT_GATEWAY = "import"
+
+
+RecordKind = Literal["boot_observed", "gap", "anomaly", "identity_incomplete"]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A gateway's own record that is not a transition: BootObserved, gap, anomaly, identity
+    incomplete. Its identity is its CloudEvents (`source`, `id`), never mergeable with a transition.
+
+    `fields` holds what its table needs (parsed and checked by `agent.ledger.cloudevents`).
+    """
+
+    kind: RecordKind
+    source: str
+    ce_id: str
+    boot_id: str | None
+    source_ts: str | None
+    arrival_at: str
+    raw: str | bytes
+    line: int | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One delivery with its evidence. `item.arrival_at` is the gateway's `arrivalat`."""
+
+    item: Delivery | Rejection | Received
+    gateway: str
+    via: Via
+    attempt: int | None = None
+    replayed: bool | None = None
+    ce_id: str | None = None
+
+
+def from_import(item: Delivery | Rejection, default_gateway: str) -> Arrival:
+    """An import line: its own `gateway` field names the gateway when it is text, else the default."""
+    gateway = default_gateway
+    if isinstance(item, Delivery):
+        named = item.evidence.get("gateway")
+        if isinstance(named, str) and named:
+            gateway = named
+    return Arrival(item, gateway, "import")

@@ -1,0 +1,162 @@
+"""MQTT intake: QoS 1, a persistent session, a shared subscription, PUBACK only after COMMIT.
+
+* `clean_start=False` and a session expiry (default 7 days): a ledger killed at any point gets
+  back, under the same client id, every message it had not acknowledged (aiomqtt's default
+  clean start would drop them all). Each instance needs a stable `client_id`.
+* `$share/<group>/<topic>`: several instances split the stream; a member that is away keeps its
+  unacknowledged share until it returns, so instances are always restarted.
+* Manual acknowledgement: aiomqtt 2.5 has no option for it; paho's `manual_ack_set(True)` on the
+  private `_client` works (pinned `aiomqtt<3`; the tests here fail if an upgrade breaks it).
+  A message is acknowledged only after the transaction holding its arrival committed. While
+  PostgreSQL is away nothing is acknowledged: the batch is retried with backoff and the
+  broker holds the rest (its `max_queued_messages` must hold an outage: the README says so).
+* A message body is one CloudEvent (JSON object) or a batch (JSON array), as the gateway's MQTT
+  sink sends them. A body that is neither is kept as a `rejected` arrival and acknowledged:
+  redelivering it would never make it better.
+* Never wrap the message iterator in a timeout while a batch is open; the stop path cancels the
+  reader only between batches (an unacknowledged message comes back on the next session anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from agent.core.contract import Rejection, format_timestamp
+from agent.ledger.arrivals import Arrival
+from agent.ledger.cloudevents import UNKNOWN_GATEWAY, BodyError, parse_body
+from agent.ledger.config import MqttIntake
+from agent.ledger.errors import LedgerUnavailable
+from agent.ledger.writer import Writer
+
+log = logging.getLogger(__name__)
+
+GATHER_S = 0.05  # how long a batch waits for more messages after its first
+RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
+RECEIVE_MAXIMUM = 1000
+
+
+def arrivals_of(payload: bytes, now: str) -> list[Arrival]:
+    """The arrivals of one MQTT message (a rejected arrival when the body is unusable)."""
+    batch = payload.lstrip()[:1] == b"["
+    try:
+        return parse_body(payload, batch=batch, via="mqtt", now=now)
+    except BodyError as exc:
+        return [Arrival(Rejection(payload, str(exc), now, "mqtt"), UNKNOWN_GATEWAY, "mqtt")]
+
+
+class MqttSubscriber:
+    """One instance's member of the shared subscription, feeding the Writer."""
+
+    def __init__(self, settings: MqttIntake, writer: Writer) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.committed_messages = 0
+        self.connected = False  # subscribed on a live connection
+        self._settle = asyncio.Lock()  # held from a batch's commit to its last PUBACK
+
+    def _client(self) -> aiomqtt.Client:
+        s = self.settings
+        props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+        props.SessionExpiryInterval = s.session_expiry_s
+        props.ReceiveMaximum = RECEIVE_MAXIMUM
+        password = (
+            Path(s.password_file).read_text(encoding="utf-8").rstrip("\r\n") if s.password_file else None
+        )
+        client = aiomqtt.Client(
+            s.host,
+            s.port,
+            identifier=s.client_id,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            clean_start=False,
+            properties=props,
+            username=s.username,
+            password=password,
+            timeout=10,
+        )
+        client._client.manual_ack_set(True)
+        return client
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive until `stop`; reconnects with backoff. Returns after the open batch settled."""
+        failures = 0
+        while not stop.is_set():
+            client = self._client()
+            try:
+                async with client:
+                    await client.subscribe(self.settings.subscription, qos=1)
+                    log.info(
+                        "mqtt intake subscribed %s as %s", self.settings.subscription, self.settings.client_id
+                    )
+                    failures = 0
+                    self.connected = True
+                    try:
+                        await self._until_stopped(client, stop)
+                    finally:
+                        self.connected = False
+            except aiomqtt.MqttError as exc:
+                if stop.is_set():
+                    break
+                delay = RECONNECT_S[min(failures, len(RECONNECT_S) - 1)]
+                failures += 1
+                log.warning("mqtt intake: %s; reconnecting in %.1f s", exc, delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+    async def _until_stopped(self, client: aiomqtt.Client, stop: asyncio.Event) -> None:
+        reader = asyncio.create_task(self._consume(client, stop), name="mqtt-intake")
+        stopper = asyncio.create_task(stop.wait(), name="mqtt-intake-stop")
+        try:
+            await asyncio.wait({reader, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not reader.done():
+                async with self._settle:  # let an open batch commit and acknowledge first
+                    reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            stopper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopper
+
+    async def _consume(self, client: aiomqtt.Client, stop: asyncio.Event) -> None:
+        it = client.messages.__aiter__()
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            batch = [await it.__anext__()]
+            async with self._settle:
+                deadline = loop.time() + GATHER_S
+                while len(batch) < self.settings.batch:
+                    if len(client.messages):
+                        batch.append(await it.__anext__())
+                    elif loop.time() >= deadline:
+                        break
+                    else:
+                        await asyncio.sleep(0.002)
+                if not await self._commit(batch, stop):
+                    return  # stopping while PostgreSQL is away: the batch stays unacknowledged
+                for m in batch:
+                    client._client.ack(m.mid, m.qos)
+                self.committed_messages += len(batch)
+
+    async def _commit(self, batch: list[Any], stop: asyncio.Event) -> bool:
+        """Commit the batch's arrivals; while PostgreSQL is away, retry with backoff (nothing is
+        acknowledged). False when asked to stop first: the batch comes back on the next session."""
+        now = format_timestamp(datetime.now(UTC))
+        arrivals = [a for m in batch for a in arrivals_of(bytes(m.payload), now)]
+        while True:
+            try:
+                await self.writer.record(arrivals)
+                return True
+            except LedgerUnavailable:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.writer.retry_after_s)
+                if stop.is_set():
+                    return False

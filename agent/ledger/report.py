@@ -1,0 +1,215 @@
+"""Read-side queries of the ledger. An event's counts, span and status are read from its arrivals
+(the arbiter never updates a canonical row).
+
+Read-side queries of the ledger, shaped as the contract's `report --json` (section 6) plus the
+ledger's evidence (`gateway`, `via`, `received_at`, `attempt`, `replayed` on each arrival).
+
+Rows are streamed through server-side cursors inside one read-only REPEATABLE READ transaction
+(`snapshot`), so a report of a large ledger stays flat in memory and its sections agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any, LiteralString
+
+import psycopg
+
+from agent.core.contract import Decision, Status, format_timestamp
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+_CHUNK = 1000
+
+
+def ts(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)
+
+
+@asynccontextmanager
+async def snapshot(conn: Conn) -> AsyncIterator[None]:
+    """One consistent read-only view for every section read inside it."""
+    await conn.rollback()
+    await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        yield
+    finally:
+        await conn.rollback()
+
+
+async def _rows(conn: Conn, sql: LiteralString, name: str) -> AsyncIterator[tuple[Any, ...]]:
+    async with conn.cursor(name=name) as cur:
+        cur.itersize = _CHUNK
+        await cur.execute(sql)
+        async for row in cur:
+            yield row
+
+
+async def summary(conn: Conn) -> dict[str, int]:
+    """Counts kept apart: source events, arrivals by decision, records, notifications."""
+    cur = await conn.execute(
+        "SELECT decision, count(*) FROM arrival"
+        " WHERE kind IS NULL OR kind = 'transition' OR decision = 'identity_incomplete' GROUP BY decision"
+    )
+    by_decision = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+    cur = await conn.execute(
+        "SELECT (SELECT count(*) FROM canonical_event), (SELECT count(*) FROM arrival),"
+        " (SELECT count(*) FROM boot), (SELECT count(*) FROM anomaly WHERE kind = 'gap'),"
+        " (SELECT count(*) FROM anomaly WHERE kind <> 'gap'),"
+        " (SELECT count(*) FROM conflict WHERE state = 'open')"
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    events, arrivals, boots, gaps, anomalies, open_conflicts = (int(v) for v in row)
+    return {
+        "source_events": events,
+        "arrivals": arrivals,
+        "duplicates": by_decision.get(Decision.DUPLICATE.value, 0),
+        "conflicts": by_decision.get(Decision.CONFLICT.value, 0),
+        "identity_incomplete": by_decision.get(Decision.IDENTITY_INCOMPLETE.value, 0),
+        "rejected": by_decision.get(Decision.REJECTED.value, 0),
+        "inserted": by_decision.get(Decision.INSERTED.value, 0),
+        "boots": boots,
+        "gaps": gaps,
+        "anomalies": anomalies,
+        "delivery_attempts": 0,  # the ledger sends nothing upstream; notifications are counted apart
+        "conflicts_open": open_conflicts,
+    }
+
+
+async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+    """Canonical transition events, by id."""
+    sql: LiteralString = (
+        "SELECT c.id, c.source, c.transition_id, c.boot_id, c.source_ts, a.k > 0, c.payload, c.payload_hash,"
+        " a.n - 1, a.k, a.f, a.l, c.first_gateway"
+        " FROM canonical_event c CROSS JOIN LATERAL (SELECT count(*) AS n,"
+        " count(*) FILTER (WHERE decision = 'conflict') AS k, min(gateway_arrival_at) AS f,"
+        " max(gateway_arrival_at) AS l FROM arrival WHERE canonical_id = c.id) a"
+        " ORDER BY c.id"
+    )
+    async for r in _rows(conn, sql, "report_events"):
+        yield {
+            "canonical_id": r[0],
+            "source": r[1],
+            "transitionId": r[2],
+            "bootId": r[3],
+            "sourceTimestamp": ts(r[4]),
+            "status": Status.DUPLICATE_CONFLICT.value if r[5] else Status.CANONICAL.value,
+            "payload": json.loads(r[6]),
+            "payload_hash": r[7],
+            "duplicate_count": r[8],
+            "conflict_count": r[9],
+            "first_arrival": ts(r[10]),
+            "last_arrival": ts(r[11]),
+            "first_gateway": r[12],
+        }
+
+
+_ARRIVAL_COLUMNS: LiteralString = (
+    "SELECT a.id, a.source, a.transition_id, a.boot_id, a.source_ts, a.gateway_arrival_at, a.decision,"
+    " a.canonical_id, a.payload_hash, a.reason, a.flags, a.gateway, a.via, a.received_at, a.attempt,"
+    " a.replayed, a.line, a.kind, a.ce_id, a.raw FROM arrival a"
+)
+
+
+def _arrival(r: tuple[Any, ...]) -> dict[str, Any]:
+    decision = r[6]
+    return {
+        "arrival_id": r[0],
+        "source": r[1],
+        "transitionId": r[2],
+        "bootId": r[3],
+        "sourceTimestamp": ts(r[4]),
+        "arrivalAt": ts(r[5]),
+        "decision": decision,
+        "canonical_id": r[7],
+        "duplicate_of": r[7] if decision in (Decision.DUPLICATE.value, Decision.CONFLICT.value) else None,
+        "payload_hash": r[8],
+        "reason": r[9],
+        "flags": list(r[10]),
+        "gateway": r[11],
+        "via": r[12],
+        "received_at": ts(r[13]),
+        "attempt": r[14],
+        "replayed": r[15],
+        "line": r[16],
+        "kind": r[17],
+        "ce_id": r[18],
+        "raw": bytes(r[19]).decode("utf-8", "backslashreplace"),
+    }
+
+
+async def arrivals(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+    async for r in _rows(conn, _ARRIVAL_COLUMNS + " ORDER BY a.id", "report_arrivals"):
+        yield _arrival(r)
+
+
+async def pending(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+    """The identity-incomplete arrivals waiting for a person."""
+    sql: LiteralString = (
+        _ARRIVAL_COLUMNS + " JOIN pending p ON p.arrival_id = a.id WHERE p.state = 'open'"
+        " ORDER BY a.gateway_arrival_at, a.id"
+    )
+    async for r in _rows(conn, sql, "report_pending"):
+        yield _arrival(r)
+
+
+async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+    """Open conflicts with both originals: the canonical's content and the arrival's."""
+    sql: LiteralString = (
+        "SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id, c.boot_id, c.payload,"
+        " c.payload_hash, c.source_ts, x.payload, x.payload_hash, x.source_ts, a.gateway"
+        " FROM conflict x JOIN canonical_event c ON c.id = x.canonical_id"
+        " JOIN arrival a ON a.id = x.arrival_id"
+        " WHERE x.state = 'open' ORDER BY x.arrival_id"
+    )
+    async for r in _rows(conn, sql, "report_conflicts"):
+        yield {
+            "arrival_id": r[0],
+            "canonical_id": r[1],
+            "source": r[2],
+            "transitionId": r[3],
+            "bootId": r[4],
+            "canonical": {"payload": json.loads(r[5]), "payload_hash": r[6], "sourceTimestamp": ts(r[7])},
+            "conflicting": {"payload": json.loads(r[8]), "payload_hash": r[9], "sourceTimestamp": ts(r[10])},
+            "gateway": r[11],
+        }
+
+
+async def boots(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+    sql: LiteralString = (
+        "SELECT device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence, arrival_id"
+        " FROM boot ORDER BY device, id"
+    )
+    async for r in _rows(conn, sql, "report_boots"):
+        yield {
+            "device": r[0],
+            "bootId": r[1],
+            "previous_bootId": r[2],
+            "first_arrival": ts(r[3]),
+            "sourceTimestamp": ts(r[4]),
+            "live": r[5],
+            "evidence": json.loads(r[6]),
+            "arrival_id": r[7],
+        }
+
+
+async def anomalies(conn: Conn, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
+    sql: LiteralString = (
+        "SELECT source, boot_id, kind, from_value, to_value, detected_at, evidence FROM anomaly"
+        + (" WHERE kind = 'gap'" if gaps else " WHERE kind <> 'gap'")
+        + " ORDER BY id"
+    )
+    async for r in _rows(conn, sql, "report_gaps" if gaps else "report_anomalies"):
+        yield {
+            "source": r[0],
+            "bootId": r[1],
+            "kind": r[2],
+            "from": r[3],
+            "to": r[4],
+            "detected_at": ts(r[5]),
+            "evidence": json.loads(r[6]),
+        }

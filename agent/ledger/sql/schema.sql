@@ -1,0 +1,227 @@
+-- The ledger schema as the migrations make it: a normalised `pg_dump --schema-only`.
+-- Generated; never edit by hand. Regenerate: EDGE_LEDGER_WRITE_SCHEMA=1 pytest tests/ledger/test_schema.py
+CREATE TABLE public.anomaly (
+    id bigint NOT NULL,
+    source text NOT NULL,
+    ce_id text NOT NULL,
+    boot_id text NOT NULL,
+    kind text NOT NULL,
+    from_value text NOT NULL,
+    to_value text NOT NULL,
+    detected_at timestamp with time zone NOT NULL,
+    evidence text NOT NULL,
+    arrival_id bigint,
+    CONSTRAINT anomaly_kind_check CHECK ((kind = ANY (ARRAY['gap'::text, 'wrap'::text, 'reset'::text, 'overrun'::text])))
+);
+
+ALTER TABLE public.anomaly ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.anomaly_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.arrival (
+    id bigint NOT NULL,
+    kind text,
+    decision text NOT NULL,
+    canonical_id bigint,
+    source text,
+    transition_id text,
+    boot_id text,
+    source_ts timestamp with time zone,
+    payload_hash text,
+    reason text,
+    flags text[] DEFAULT '{}'::text[] NOT NULL,
+    gateway text NOT NULL,
+    gateway_arrival_at timestamp with time zone NOT NULL,
+    attempt integer,
+    replayed boolean,
+    received_at timestamp with time zone NOT NULL,
+    via text NOT NULL,
+    line integer,
+    ce_id text,
+    raw bytea NOT NULL,
+    CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text]))),
+    CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
+    CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
+);
+
+ALTER TABLE public.arrival ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.arrival_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.boot (
+    id bigint NOT NULL,
+    device text NOT NULL,
+    boot_id text NOT NULL,
+    previous_boot_id text,
+    first_arrival timestamp with time zone NOT NULL,
+    source_ts timestamp with time zone,
+    live boolean NOT NULL,
+    evidence text NOT NULL,
+    arrival_id bigint
+);
+
+ALTER TABLE public.boot ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.boot_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.canonical_event (
+    id bigint NOT NULL,
+    source text NOT NULL,
+    transition_id text NOT NULL,
+    boot_id text NOT NULL,
+    source_ts timestamp with time zone,
+    payload text NOT NULL,
+    payload_hash text NOT NULL,
+    inserted_arrival_at timestamp with time zone NOT NULL,
+    first_gateway text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE public.canonical_event ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.canonical_event_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.conflict (
+    arrival_id bigint NOT NULL,
+    canonical_id bigint NOT NULL,
+    payload text NOT NULL,
+    payload_hash text NOT NULL,
+    source_ts timestamp with time zone,
+    state text DEFAULT 'open'::text NOT NULL,
+    CONSTRAINT conflict_state_check CHECK ((state = ANY (ARRAY['open'::text, 'resolved'::text])))
+);
+
+CREATE TABLE public.device_state (
+    device text NOT NULL,
+    last_live_boot text NOT NULL
+);
+
+CREATE TABLE public.ledger_schema_version (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.notification (
+    id bigint NOT NULL,
+    canonical_id bigint NOT NULL,
+    kind text NOT NULL,
+    url text NOT NULL,
+    idempotency_key text NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    lease_s integer DEFAULT 30 NOT NULL,
+    visible_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    errors text[] DEFAULT '{}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    CONSTRAINT notification_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
+    CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT notification_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'dead'::text])))
+);
+
+ALTER TABLE public.notification ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.notification_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.pending (
+    arrival_id bigint NOT NULL,
+    source text,
+    ce_id text,
+    state text DEFAULT 'open'::text NOT NULL,
+    CONSTRAINT pending_state_check CHECK ((state = ANY (ARRAY['open'::text, 'resolved'::text])))
+);
+
+ALTER TABLE ONLY public.anomaly
+    ADD CONSTRAINT anomaly_key UNIQUE (source, ce_id);
+
+ALTER TABLE ONLY public.anomaly
+    ADD CONSTRAINT anomaly_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.arrival
+    ADD CONSTRAINT arrival_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.boot
+    ADD CONSTRAINT boot_key UNIQUE (device, boot_id);
+
+ALTER TABLE ONLY public.boot
+    ADD CONSTRAINT boot_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.canonical_event
+    ADD CONSTRAINT canonical_event_key UNIQUE (source, transition_id, boot_id);
+
+ALTER TABLE ONLY public.canonical_event
+    ADD CONSTRAINT canonical_event_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.conflict
+    ADD CONSTRAINT conflict_pkey PRIMARY KEY (arrival_id);
+
+ALTER TABLE ONLY public.device_state
+    ADD CONSTRAINT device_state_pkey PRIMARY KEY (device);
+
+ALTER TABLE ONLY public.ledger_schema_version
+    ADD CONSTRAINT ledger_schema_version_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.notification
+    ADD CONSTRAINT notification_key UNIQUE (canonical_id, kind);
+
+ALTER TABLE ONLY public.notification
+    ADD CONSTRAINT notification_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.pending
+    ADD CONSTRAINT pending_key UNIQUE (source, ce_id);
+
+ALTER TABLE ONLY public.pending
+    ADD CONSTRAINT pending_pkey PRIMARY KEY (arrival_id);
+
+CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
+
+CREATE INDEX conflict_canonical ON public.conflict USING btree (canonical_id);
+
+CREATE INDEX notification_due ON public.notification USING btree (visible_at, id) WHERE (state = 'pending'::text);
+
+ALTER TABLE ONLY public.anomaly
+    ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+
+ALTER TABLE ONLY public.boot
+    ADD CONSTRAINT boot_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+
+ALTER TABLE ONLY public.conflict
+    ADD CONSTRAINT conflict_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+
+ALTER TABLE ONLY public.conflict
+    ADD CONSTRAINT conflict_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
+
+ALTER TABLE ONLY public.notification
+    ADD CONSTRAINT notification_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
+
+ALTER TABLE ONLY public.pending
+    ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;

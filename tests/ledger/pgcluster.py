@@ -1,0 +1,133 @@
+"""A throwaway PostgreSQL cluster for tests and the bench: initdb + pg_ctl in a temp directory.
+
+Free TCP port on 127.0.0.1 and the unix socket inside the directory. `durable=False` (tests)
+turns fsync off: the tests kill ledger processes, never the server or the machine; the bench
+keeps the server's defaults (fsync on, synchronous_commit on). As root (CI), initdb refuses to run, so the cluster is
+made and run by an unprivileged user (`postgres` if it exists, else `nobody`) that owns the
+directory. `find_binaries()` returns None when no PostgreSQL server binaries are installed.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def find_binaries() -> Path | None:
+    """The folder holding initdb and pg_ctl, or None."""
+    candidates = [os.environ.get("EDGE_AGENT_PG_BIN", "")]
+    found = shutil.which("initdb")
+    if found:
+        candidates.append(str(Path(found).resolve().parent))
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    for folder in candidates:
+        if folder and (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
+            return Path(folder)
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    bindir: Path
+    root: Path
+    port: int
+    user: str | None  # the OS user running the server (None: ourselves)
+    durable: bool = True
+
+    @property
+    def datadir(self) -> Path:
+        return self.root / "data"
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.user is not None:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+    def start(self) -> None:
+        proc = self._run(
+            "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.root / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
+            " -c max_connections=60 -c shared_buffers=32MB"
+            + ("" if self.durable else " -c fsync=off -c full_page_writes=off"),
+            "start",
+        )
+        if proc.returncode != 0:
+            log = (self.root / "server.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"pg_ctl start failed: {proc.stderr}\n{log}")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+
+    def destroy(self) -> None:
+        self.stop("immediate")
+        if self.durable:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            # A test session leaves a few hundred MB of databases; removing them took 10-18 s on a
+            # busy disk, so the removal runs on after the session (nothing uses the directory).
+            subprocess.Popen(["rm", "-rf", "--", str(self.root)], start_new_session=True)
+
+
+def _server_user() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise RuntimeError("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL")
+
+
+def create(bindir: Path, *, durable: bool = True) -> Cluster:
+    """initdb a new cluster in a fresh temp directory and start it; the caller destroys it."""
+    user = _server_user()
+    root = Path(tempfile.mkdtemp(prefix="edge-ledger-pg-"))
+    cluster = Cluster(bindir, root, free_port(), user, durable)
+    if user is not None:
+        info = pwd.getpwnam(user)
+        os.chown(root, info.pw_uid, info.pw_gid)
+        root.chmod(0o700)
+    proc = cluster._run(
+        "initdb", "-D", str(cluster.datadir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {proc.stderr or proc.stdout}")
+    for attempt in range(3):
+        try:
+            cluster.start()
+            return cluster
+        except RuntimeError:
+            if attempt == 2:
+                raise
+            cluster.port = free_port()  # someone took the port between bind and start
+            time.sleep(0.2)
+    raise AssertionError("unreachable")

@@ -1,0 +1,117 @@
+"""`edge-agent ledger run -c ledger.yaml` as a real process: config errors with file:line and exit
+78; intake over HTTP; SIGTERM drains and exits 0."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from pgcluster import free_port
+
+from agent.ledger import config
+
+CMD = [sys.executable, "-m", "agent", "ledger"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("dsn: x\n", "neither `mqtt` nor `http`", id="no intake"),
+        pytest.param(
+            "http: {listen: nowhere}\n", ":1: http.listen: 'nowhere' must be host:port", id="bad listen"
+        ),
+        pytest.param(
+            "http: {listen: '127.0.0.1:1'}\nmqtt: {host: h}\n",
+            ":2: mqtt.client_id: missing",
+            id="mqtt without a client id",
+        ),
+        pytest.param(
+            "http: {listen: '127.0.0.1:1'}\nspeed: 3\n", ":2: speed: unknown key", id="a misspelt key"
+        ),
+        pytest.param(
+            "http: {listen: '127.0.0.1:1'}\nnotify:\n  - {kind: k, url: ftp://x}\n",
+            "notify[0].url: 'ftp://x' must be an http:// or https:// URL",
+            id="a notify rule with a bad url",
+        ),
+    ],
+)
+def test_config_errors_name_file_and_line_and_exit_78(tmp_path: Path, text: str, expected: str) -> None:
+    f = tmp_path / "ledger.yaml"
+    f.write_text(text)
+    with pytest.raises(config.ConfigProblems) as info:
+        config.load(f)
+    assert expected in str(info.value) and str(f) in str(info.value)
+
+
+def test_run_with_a_bad_config_lists_every_problem_and_exits_78(tmp_path: Path) -> None:
+    f = tmp_path / "ledger.yaml"
+    f.write_text("http: {listen: nowhere}\nspeed: 3\n")
+    proc = subprocess.run([*CMD, "run", "-c", str(f)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 78
+    assert f"{f}:1: http.listen" in proc.stderr and f"{f}:2: speed: unknown key" in proc.stderr
+
+
+def test_run_takes_events_over_http_and_sigterm_exits_0(tmp_path: Path, ledger_dsn: str) -> None:
+    port = free_port()
+    f = tmp_path / "ledger.yaml"
+    f.write_text(f"dsn: '{ledger_dsn}'\nhttp: {{listen: '127.0.0.1:{port}'}}\n")
+    proc = subprocess.Popen(
+        [*CMD, "run", "-c", str(f)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        event = {
+            "specversion": "1.0",
+            "id": "B1:T1",
+            "source": "site/P/Trip",
+            "type": "io.edgeagent.transition",
+            "bootid": "B1",
+            "transitionid": "T1",
+            "gateway": "gw",
+            "data": {"state": "Trip"},
+        }
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/",
+            data=json.dumps([event]).encode(),
+            headers={"Content-Type": "application/cloudevents-batch+json"},
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    answer = json.loads(resp.read())
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert answer["results"][0]["decision"] == "inserted"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = json.loads(
+        subprocess.run(
+            [*CMD, "--dsn", ledger_dsn, "report", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    assert [(a["gateway"], a["via"]) for a in report["arrivals"]] == [("gw", "http")]
+
+
+def test_the_example_config_loads() -> None:
+    cfg = config.load(Path(__file__).parents[2] / "ledger.example.yaml", check_files=False)
+    assert cfg.mqtt is not None and cfg.mqtt.subscription == "$share/ledger/+/events/#"
+    assert cfg.http is not None and cfg.http.port == 8088
+    (rule,) = cfg.notify
+    assert rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/Trip", {})
+    assert not rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/OverTemp", {})
