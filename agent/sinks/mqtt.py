@@ -18,17 +18,24 @@ Facts about aiomqtt and paho this module is built around:
   TCP_NODELAY is set on the client socket (set it on the broker as well).
 * One unique client id per process: two connections with one id knock each
   other off in a loop.
+* The window: per connection, `max_inflight` long-lived workers take messages
+  from one FIFO queue (no task per message). `publish()` may be called again
+  before an earlier call returned (`overlapping`): its messages queue behind
+  the earlier ones, so the window stays full across the forwarder's reads and
+  messages still go out in call order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import logging
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,8 +60,86 @@ def _quiet_logger() -> logging.Logger:
     return lg
 
 
+@dataclass(eq=False)
+class _Batch:
+    """The outcomes of one `publish()` call, filled in by the workers."""
+
+    outcomes: list[SendOutcome | None]
+    left: int
+    done: asyncio.Future[None]
+
+    def settle(self, i: int, oc: SendOutcome) -> None:
+        if self.outcomes[i] is None:
+            self.outcomes[i] = oc
+            self.left -= 1
+            if self.left == 0 and not self.done.done():
+                self.done.set_result(None)
+
+
+_Item = tuple[_Batch, int, str, bytes]
+
+
+class _Window:
+    """One connection's window: a FIFO of messages and `max_inflight` workers publishing them."""
+
+    def __init__(self, client: aiomqtt.Client, size: int, publish_one: Any) -> None:
+        self.client = client
+        self.queue: collections.deque[_Item] = collections.deque()
+        self.ready = asyncio.Event()
+        self.lost: asyncio.Future[None] = client._disconnected  # no public API for "the connection is gone"
+        self._publish_one = publish_one
+        self.workers = [asyncio.create_task(self._work(), name="mqtt-window") for _ in range(size)]
+        self.lost.add_done_callback(self._on_lost)
+
+    def offer(self, batch: _Batch, messages: list[tuple[str, list[Event], bytes]]) -> None:
+        if self.lost.done():
+            for i in range(len(messages)):
+                batch.settle(i, retry("connection lost before this message was sent"))
+            return
+        self.queue.extend((batch, i, topic, body) for i, (topic, _, body) in enumerate(messages))
+        self.ready.set()
+
+    def forget(self, batch: _Batch) -> None:
+        """Take the messages of `batch` that no worker has taken yet off the queue."""
+        kept = [item for item in self.queue if item[0] is not batch]
+        self.queue.clear()
+        self.queue.extend(kept)
+
+    async def _work(self) -> None:
+        queue = self.queue
+        while True:
+            if not queue:
+                self.ready.clear()
+                await self.ready.wait()
+                continue
+            batch, i, topic, body = queue.popleft()
+            try:
+                oc = await self._publish_one(self.client, topic, body)
+            except asyncio.CancelledError:
+                batch.settle(i, retry("connection lost while waiting for PUBACK"))
+                raise
+            except Exception as exc:  # anything the client raises is a reason to resend, never a crash
+                oc = retry(f"connection error: {exc}")
+            batch.settle(i, oc)
+
+    def _on_lost(self, fut: asyncio.Future[None]) -> None:
+        if not fut.cancelled():
+            fut.exception()  # retrieved: the loss is reported per message below
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers; every message not acknowledged comes back as `retry`."""
+        for w in self.workers:
+            w.cancel()  # an in-flight message becomes retry in its worker
+        while self.queue:
+            batch, i, _, _ = self.queue.popleft()
+            batch.settle(i, retry("connection lost before this message was sent"))
+
+
 class MqttSink:
     """A `Sink` publishing CloudEvents to one MQTT broker at QoS 1."""
+
+    overlapping = True  # publish() may be called again before an earlier call returned
 
     def __init__(self, settings: MqttUpstream, *, site: str, gateway: str) -> None:
         self.name = settings.name
@@ -62,17 +147,25 @@ class MqttSink:
         self.site = site
         self.client_id = settings.client_id or f"edge-agent-{gateway}-{settings.name}-{os.getpid()}"
         self._client: aiomqtt.Client | None = None
+        self._window: _Window | None = None
+        self._connecting = asyncio.Lock()
         self._refused: dict[int, tuple[int, str]] = {}
 
     async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
-        if self._client is None:
-            try:
-                self._client = await self._connect()
-            except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
-                return [retry(f"{self._where()}: connect failed: {exc}")] * len(events)
+        async with self._connecting:
+            if self._window is None:
+                try:
+                    client = await self._connect()
+                except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
+                    return [retry(f"{self._where()}: connect failed: {exc}")] * len(events)
+                self._client = client
+                self._window = _Window(client, self.settings.max_inflight, self._publish_one)
+            window = self._window
         messages = self._messages(events)
-        outcomes = await self._publish_all(self._client, messages)
-        if any(o is not DELIVERED and o.reason.startswith("connection") for o in outcomes):
+        outcomes = await self._publish_all(window, messages)
+        if self._window is window and any(
+            o is not DELIVERED and o.reason.startswith("connection") for o in outcomes
+        ):
             await self._drop()
         return [oc for (topic, group, body), oc in zip(messages, outcomes, strict=True) for _ in group]
 
@@ -104,40 +197,24 @@ class MqttSink:
         return out
 
     async def _publish_all(
-        self, client: aiomqtt.Client, messages: list[tuple[str, list[Event], bytes]]
+        self, window: _Window, messages: list[tuple[str, list[Event], bytes]]
     ) -> list[SendOutcome]:
-        window = asyncio.Semaphore(self.settings.max_inflight)
-        lost: asyncio.Future[None] = client._disconnected  # no public API for "the connection is gone"
-
-        async def one(topic: str, body: bytes) -> SendOutcome:
-            async with window:
-                if lost.done():
-                    return retry("connection lost before this message was sent")
-                return await self._publish_one(client, topic, body)
-
-        tasks = [asyncio.create_task(one(t, b)) for t, _, b in messages]
-        everything: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
-        watcher: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(lost))
+        """Queue `messages` on the window and wait for every outcome (cancelled: all retry)."""
+        if not messages:
+            return []
+        loop = asyncio.get_running_loop()
+        batch = _Batch([None] * len(messages), len(messages), loop.create_future())
+        window.offer(batch, messages)
         try:
-            # One wait over two futures (not over every task) keeps this O(n) per batch.
-            await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                await watcher
-            for t in tasks:
-                t.cancel()  # no-op for finished ones; the rest lost their connection
-            await everything
-        return [self._result(t) for t in tasks]
-
-    @staticmethod
-    def _result(task: asyncio.Task[SendOutcome]) -> SendOutcome:
-        if task.cancelled():
-            return retry("connection lost while waiting for PUBACK")
-        exc = task.exception()
-        if exc is not None:
-            return retry(f"connection error: {exc}")
-        return task.result()
+            await asyncio.shield(batch.done)
+        except asyncio.CancelledError:
+            # The caller gave up (the drain is over): these messages stay pending. Messages not yet
+            # handed to the client are taken off the queue; the connection is dropped by close().
+            window.forget(batch)
+            for i in range(len(messages)):
+                batch.settle(i, retry("stopped before the upstream acknowledged"))
+            raise
+        return [oc if oc is not None else retry("not sent") for oc in batch.outcomes]
 
     async def _publish_one(self, client: aiomqtt.Client, topic: str, body: bytes) -> SendOutcome:
         cell: list[int] = []
@@ -199,6 +276,9 @@ class MqttSink:
 
     async def _drop(self) -> None:
         client, self._client = self._client, None
+        window, self._window = self._window, None
+        if window is not None:
+            window.close()
         self._refused.clear()
         if client is None:
             return

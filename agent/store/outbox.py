@@ -6,7 +6,7 @@ upstream, never retried automatically). `attempts` counts delivery attempts
 of that row for that upstream.
 
 Crash safety, step by step (one forwarder per upstream and store):
-1. `claim()` reads the first pending rows (insertion order) joined with their
+1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
    records and commits `attempts + 1` for them *before* anything is sent. A
    crash afterwards resends them with the next attempt number, same ids.
 2. The sink publishes and waits for acknowledgements.
@@ -47,7 +47,7 @@ LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id
 LEFT JOIN boots b ON o.kind = 'boot_observed' AND b.boot_row = o.ref_id
 LEFT JOIN anomalies a ON o.kind IN ('gap', 'anomaly') AND a.anomaly_id = o.ref_id
 LEFT JOIN arrivals r ON o.kind = 'identity_incomplete' AND r.arrival_id = o.ref_id
-WHERE o.upstream = ? AND o.state = 'pending'
+WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ?
 ORDER BY o.outbox_id
 LIMIT ?
 """
@@ -75,11 +75,13 @@ class Outbox:
     def __init__(self, store: WriterConnection) -> None:
         self.store = store
 
-    async def claim(self, upstream: str, limit: int) -> list[Entry]:
-        """The first `limit` pending rows of `upstream`, in insertion order, with `attempts + 1` committed."""
+    async def claim(self, upstream: str, limit: int, *, after: int = 0) -> list[Entry]:
+        """The first `limit` pending rows of `upstream` after outbox id `after`, in insertion order,
+        with `attempts + 1` committed. `after` lets a forwarder claim the next rows while the rows
+        it claimed before are still in flight (and so still pending)."""
         store = self.store
         async with store.lock:
-            rows = await store.db.execute_fetchall(_CLAIM, (upstream, limit))
+            rows = await store.db.execute_fetchall(_CLAIM, (upstream, after, limit))
             if not rows:
                 return []
             ids = [(r[0],) for r in rows]
