@@ -35,7 +35,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, Snapshot
 from agent.core.tracker import DeviceTracker
-from agent.sources.base import StateLog
+from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
 from agent.sources.opcua.session import link_errors, new_client, resolve_nodes, secure, subscribe
@@ -64,6 +64,7 @@ class OpcUaSource:
         self.next_reconcile = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver})')
         self.polls = 0
+        self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
         if conn.security.insecure:  # built once at start-up: the warning is said once per start
             log.warning(
                 'Device "%s" (%s): OPC UA security policy None (configured explicitly): the traffic is '
@@ -129,7 +130,7 @@ class OpcUaSource:
     def _next_due(self) -> float:
         """Seconds to the next read: the poll grid, or the reconcile timer with subscriptions."""
         if not self.conn.subscribe:
-            return self.dev.poll - (time.monotonic() % self.dev.poll)
+            return due_in_s(self.dev.poll, self.phase, time.monotonic())
         return max(0.0, self.next_reconcile - time.monotonic())
 
     async def poll(self) -> Observations:
