@@ -121,15 +121,14 @@ def _minimal_batch(con: sqlite3.Connection, batch: list[tuple[int, str]], next_i
     con.execute("BEGIN IMMEDIATE")
     keys = list({p[1] for p in parsed})
     known: dict[tuple[str, str, str], tuple[int, str]] = {}
-    for start in range(0, len(keys), 300):
-        part = keys[start : start + 300]
-        values = ",".join("(?,?,?)" for _ in part)
-        for cid, s, t, b, h in con.execute(
-            "SELECT id, source, transition_id, boot_id, payload_hash FROM events"
-            f" WHERE (source, transition_id, boot_id) IN (VALUES {values})",
-            [x for k in part for x in k],
-        ):
-            known[(s, t, b)] = (cid, h)
+    # One statement for the batch's keys, each looked up through the unique index.
+    for cid, src, tid, boot, h in con.execute(
+        "SELECT e.id, e.source, e.transition_id, e.boot_id, e.payload_hash FROM json_each(?) AS j"
+        " CROSS JOIN events AS e ON e.source = j.value ->> 0 AND e.transition_id = j.value ->> 1"
+        " AND e.boot_id = j.value ->> 2",
+        (json.dumps(keys),),
+    ):
+        known[(src, tid, boot)] = (cid, h)
     new_events = []
     arrivals = []
     results = []
