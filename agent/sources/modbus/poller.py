@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; we log what we catch
 
 SPLIT_FOR_S = 30.0
+MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
 TORN_RETRIES = 3
 
 
@@ -157,6 +158,9 @@ class ModbusSource:
             self._stop_of = stop
             self._stop_waiter = asyncio.ensure_future(stop.wait())
         delay = due_in_s(self.dev.poll, self.phase, time.monotonic())
+        if delay < MIN_SLEEP_S:
+            await asyncio.sleep(0)  # a timer this short would still sleep a whole millisecond
+            return
         await asyncio.wait((self._stop_waiter,), timeout=delay)
 
     def _drop_stop_waiter(self) -> None:
