@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -209,8 +210,7 @@ async def main() -> None:
                 )
             items = deliveries(n, dup, offset=10_000_000)
             path = os.path.join(tmp, f"big-{dup}.db")
-            with open(template, "rb") as src, open(path, "wb") as dst:
-                dst.write(src.read())
+            shutil.copyfile(template, path)
             result[f"big_dup{int(dup * 100)}_batch1000"] = round(await decision_rate(path, items, 1000))
         items = deliveries(n, 0.0)
         runs = iter(range(10_000))
