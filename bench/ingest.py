@@ -195,9 +195,9 @@ async def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of the headline comparison")
     args = ap.parse_args()
-    n = 20_000 if args.quick else 100_000
-    n_batch1 = 1_000 if args.quick else 3_000
-    big = 100_000 if args.quick else 1_000_000
+    n = 5_000 if args.quick else 100_000
+    n_batch1 = 500 if args.quick else 3_000
+    big = 20_000 if args.quick else 1_000_000
     result: dict[str, object] = {"bench": "ingest", "synchronous": "FULL", "sqlite": sqlite3.sqlite_version}
     with tempfile.TemporaryDirectory() as tmp:
         template = await fresh_store(tmp, "template-big.db", big)

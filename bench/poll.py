@@ -65,8 +65,6 @@ from devices.opcua_nodes import NodeLayout  # noqa: E402
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)
 logging.getLogger("asyncua").setLevel(logging.CRITICAL)
 
-WARM_UP_S = 1.5
-
 
 def start_sim(names: list[str], *, opcua: bool, rate: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     args = [sys.executable, "-m", "devices", "--quiet", "--channels", "Trip", "--random", str(rate)]
@@ -158,7 +156,7 @@ def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
 
 
 async def bare(
-    devices: Sequence[config.Device], ports: Sequence[int], seconds: float, *, paced: bool
+    devices: Sequence[config.Device], ports: Sequence[int], seconds: float, *, paced: bool, warm_up: float
 ) -> dict[str, Any]:
     """One bare client per controller, the same reads; paced to the interval or back to back."""
     window = Window()
@@ -166,7 +164,7 @@ async def bare(
         AsyncModbusTcpClient("127.0.0.1", port=p, timeout=1, retries=0, reconnect_delay=0) for p in ports
     ]
     await asyncio.gather(*(c.connect() for c in clients))
-    end = time.monotonic() + WARM_UP_S + seconds
+    end = time.monotonic() + warm_up + seconds
 
     async def one(dev: config.Device, client: AsyncModbusTcpClient) -> None:
         period = dev.poll
@@ -185,7 +183,7 @@ async def bare(
                 await asyncio.sleep(period - (time.monotonic() % period))
 
     tasks = [asyncio.create_task(one(d, c)) for d, c in zip(devices, clients, strict=True)]
-    await asyncio.sleep(WARM_UP_S)
+    await asyncio.sleep(warm_up)
     window.open()
     cpu0, wall0 = time.process_time(), time.monotonic()
     await asyncio.sleep(seconds)
@@ -196,7 +194,7 @@ async def bare(
     return {"polls": n, "wall": wall, "cpu": cpu, "interval_p99_ms": window.interval_p99_ms()}
 
 
-async def agent(devices: Sequence[config.Device], seconds: float, db: Path) -> dict[str, Any]:
+async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm_up: float) -> dict[str, Any]:
     """The real pollers and recorder into a real store."""
     latencies: list[float] = []
 
@@ -221,7 +219,7 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path) -> d
             if isinstance(src, ModbusSource):
                 modbus.append(key)
             tasks.append(asyncio.create_task(run_source(counted(src, window, key), recorder, stop)))
-    await asyncio.sleep(WARM_UP_S)  # connect and first reads (whole ring) before measuring
+    await asyncio.sleep(warm_up)  # connect and first reads (whole ring) before measuring
     window.open()
     latencies[:] = []
     cpu0, wall0 = time.process_time(), time.monotonic()
@@ -278,19 +276,19 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             runs = iter(range(10_000))
 
             async def agent_fleet() -> dict[str, Any]:
-                return await agent(fleet, a.seconds, Path(tmp) / f"f{next(runs)}.db")
+                return await agent(fleet, a.seconds, Path(tmp) / f"f{next(runs)}.db", a.warm_up)
 
             async def bare_fleet() -> dict[str, Any]:
-                return await bare(fleet_modbus, ports, a.seconds, paced=True)
+                return await bare(fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up)
 
             ag, ba = await alternate_async(a.rounds, agent_fleet, bare_fleet)
             one_s = min(a.seconds, 5.0)
 
             async def agent_one() -> dict[str, Any]:
-                return await agent(fast, one_s, Path(tmp) / f"o{next(runs)}.db")
+                return await agent(fast, one_s, Path(tmp) / f"o{next(runs)}.db", a.warm_up)
 
             async def bare_one() -> dict[str, Any]:
-                return await bare(fast, ports[:1], one_s, paced=False)
+                return await bare(fast, ports[:1], one_s, paced=False, warm_up=a.warm_up)
 
             ag1, ba1 = await alternate_async(a.rounds, agent_one, bare_one)
     finally:
@@ -347,6 +345,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and bare loop")
     ap.add_argument("--rate", type=float, default=0.5, help="transitions per second per controller")
+    ap.add_argument("--warm-up", type=float, default=1.5, help="seconds to connect and read before measuring")
     print(json.dumps(asyncio.run(run(ap.parse_args()))))
 
 

@@ -100,7 +100,7 @@ def test_minimal_importer_of_the_import_bench_decides_like_the_agent(tmp_path: P
 
 
 def test_poll_of_two_modbus_and_one_opcua_controller_compares_with_a_bare_read_loop() -> None:
-    got = run_bench("poll.py", "--n", "2", "--m", "1", "--seconds", "1", "--rounds", "1")
+    got = run_bench("poll.py", "--n", "2", "--m", "1", "--seconds", "1", "--rounds", "1", "--warm-up", "0.5")
     assert got["bench"] == "poll" and got["rounds"] == 1
     fleet = got["fleet"]
     assert (fleet["n_modbus"], fleet["m_opcua"]) == (2, 1)
