@@ -6,9 +6,10 @@ Loop: claim the first pending rows (attempts + 1 committed first) -> encode
 marked delivered only on the sink's proof of acknowledgement. Two batches are
 in hand at once: while one is being published, the next is claimed (its
 attempts committed) and encoded, and its publishing starts at once when the
-sink can overlap calls (MQTT: the window of messages in flight stays full
-across reads), else right after the batch before it was acknowledged in full
-(HTTP: claim and settle overlap the POSTs; the order stays the outbox order). When any row
+sink can overlap calls and is connected (MQTT: the window of messages in
+flight stays full across reads; never after the batch before it failed), else
+right after the batch before it was acknowledged in full (HTTP: claim and
+settle overlap the POSTs; the order stays the outbox order). When any row
 comes back `retry`, the forwarder backs off (capped exponential, jittered,
 `Retry-After` honoured) and starts again from the head of the queue, so the
 backlog is kept and its first arrival upstream stays in insertion order; new
@@ -191,20 +192,28 @@ class Forwarder:
                 flight.outcomes[i] = rejected(str(exc))
         if flight.events:
             prev = before.task if before is not None else None
-            publish = (
-                self.sink.publish(flight.events)
-                if prev is None or getattr(self.sink, "overlapping", False)
-                else self._after(prev, flight.events)
-            )
+            if prev is None:
+                publish = self.sink.publish(flight.events)
+            elif getattr(self.sink, "overlapping", False) and getattr(self.sink, "connected", False):
+                publish = self._beside(prev, flight.events)
+            else:
+                publish = self._after(prev, flight.events)
             flight.task = asyncio.create_task(publish, name=f"publish[{self.upstream.name}]")
         return flight
+
+    async def _beside(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
+        """Publish `events` while `prev` is still in flight; not at all when `prev` already failed
+        (its events go out again from the head of the queue, and these after them)."""
+        if prev.done() and (prev.cancelled() or prev.exception() is not None or _failed(prev.result())):
+            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
+        return await self.sink.publish(events)
 
     async def _after(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
         """Publish `events` once `prev` is acknowledged in full; not at all when it is not."""
         await asyncio.wait({prev})
         if prev.cancelled() or prev.exception() is not None:
             return [retry("not sent: the batch before it was not sent")] * len(events)
-        if any(o.verdict is Verdict.RETRY for o in prev.result()):
+        if _failed(prev.result()):
             return [retry("not sent: the batch before it was not acknowledged")] * len(events)
         return await self.sink.publish(events)
 
@@ -317,6 +326,10 @@ class Forwarder:
             for w in waits:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
+
+
+def _failed(outcomes: Sequence[SendOutcome]) -> bool:
+    return any(o.verdict is Verdict.RETRY for o in outcomes)
 
 
 async def _wait(stop: asyncio.Event, delay: float) -> None:

@@ -171,10 +171,23 @@ class MqttSink:
         self._client: aiomqtt.Client | None = None
         self._window: _Window | None = None
         self._connecting = asyncio.Lock()
+        self._calls = 0  # publish() calls in progress
 
     async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
+        self._calls += 1
+        try:
+            return await self._publish(events)
+        finally:
+            self._calls -= 1
+
+    async def _publish(self, events: Sequence[Event]) -> list[SendOutcome]:
         async with self._connecting:
             if self._window is None:
+                if self._calls > 1:
+                    # An earlier call is still in progress and lost the connection: connecting
+                    # again now would let these events reach the broker before the earlier
+                    # call's, which are sent again only after the forwarder's backoff.
+                    return [retry("not sent: the connection was lost under an earlier batch")] * len(events)
                 try:
                     client = await self._connect()
                 except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
@@ -189,6 +202,11 @@ class MqttSink:
         ):
             await self._drop()
         return [oc for (topic, group, body), oc in zip(messages, outcomes, strict=True) for _ in group]
+
+    @property
+    def connected(self) -> bool:
+        """A connection is up (publish() will not have to connect first)."""
+        return self._window is not None and not self._window.lost.done()
 
     async def close(self) -> None:
         await self._drop()

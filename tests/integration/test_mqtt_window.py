@@ -90,10 +90,12 @@ async def test_overlapping_publish_calls_are_delivered_and_reach_the_broker_in_c
 
 
 @contextlib.asynccontextmanager
-async def silent_broker() -> AsyncIterator[int]:
+async def silent_broker(connections: list[int] | None = None) -> AsyncIterator[int]:
     """A peer that answers CONNECT with CONNACK (MQTT 3.1.1, accepted) and never sends a PUBACK."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if connections is not None:
+            connections.append(1)
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             await reader.read(1)  # the CONNECT packet starts; its content does not matter here
             writer.write(b"\x20\x02\x00\x00")
@@ -124,5 +126,29 @@ async def test_a_message_without_puback_comes_back_retry_after_the_ack_timeout_a
             assert all("no PUBACK within 0.3 s" in o.reason for o in outcomes)
             assert took >= 0.3
             assert sink._window is None  # dropped: the next publish connects again
+        finally:
+            await sink.close()
+
+
+async def test_a_call_that_would_reconnect_while_an_earlier_one_is_still_failing_sends_nothing() -> None:
+    # The earlier call lost its connection and is still closing it: a later call must not
+    # connect again and send its events first (the earlier ones go out again after the backoff).
+    connections: list[int] = []
+    async with silent_broker(connections) as port:
+        up = MqttUpstream("central", f"mqtt://127.0.0.1:{port}", topic="t/{device}", ack_timeout_s=0.3)
+        sink = MqttSink(up, site="s", gateway="gw")
+        try:
+            first = asyncio.create_task(sink.publish(events(1, 3, "s")))
+            async with asyncio.timeout(10):
+                while sink._window is None or sink._window.pending:  # connected, then timed out
+                    await asyncio.sleep(0)
+                while sink._window is not None:  # the first call is dropping the connection
+                    await asyncio.sleep(0)
+            assert not first.done()
+            later = await sink.publish(events(4, 2, "s"))
+            assert [o.verdict for o in later] == [Verdict.RETRY] * 2
+            assert all(o.reason.startswith("not sent") for o in later)
+            assert [o.verdict for o in await first] == [Verdict.RETRY] * 3
+            assert len(connections) == 1
         finally:
             await sink.close()
