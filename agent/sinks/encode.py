@@ -106,15 +106,20 @@ def _q(text: str) -> str:
     return f'"{text}"' if _PLAIN.fullmatch(text) else _JSON.encode(text)
 
 
+# Names, sources, types and the gateway repeat from event to event: quoted once each.
+_q_repeated = lru_cache(maxsize=4096)(_q)
+
+
 def _body(parts: _Parts, gateway: str, attempt: int, replayed: bool) -> str:
     """The structured-mode event: the same text as `_body_general`, written directly (the
     JSON encoder over a fresh dict per event was most of the cost of encoding)."""
-    ext = "".join(f",{_q(k)}:{_q(v) if type(v) is str else _JSON.encode(v)}" for k, v in parts.ext.items())
-    time = "" if parts.time is None else f',"time":{_q(parts.time)}'
+    q, qr = _q, _q_repeated
+    ext = "".join(f",{qr(k)}:{q(v) if type(v) is str else _JSON.encode(v)}" for k, v in parts.ext.items())
+    time = "" if parts.time is None else f',"time":{q(parts.time)}'
     return (
-        f'{{"specversion":"{SPECVERSION}","id":{_q(parts.id)},"source":{_q(parts.source)},'
-        f'"type":{_q(parts.type)}{time},"datacontenttype":"application/json"{ext},'
-        f'"gateway":{_q(gateway)},"attempt":{int(attempt)},"replayed":{"true" if replayed else "false"},'
+        f'{{"specversion":"{SPECVERSION}","id":{q(parts.id)},"source":{qr(parts.source)},'
+        f'"type":{qr(parts.type)}{time},"datacontenttype":"application/json"{ext},'
+        f'"gateway":{qr(gateway)},"attempt":{int(attempt)},"replayed":{"true" if replayed else "false"},'
         f'"data":{parts.data_json}}}'
     )
 
