@@ -1,27 +1,35 @@
-"""Poller benchmark: prints one JSON line.
+"""Poller benchmark: the agent's Modbus pollers against a bare pymodbus loop; prints one JSON line.
 
 It measures the agent's own pollers and recorder and must not change agent code to do so:
 polls are counted by wrapping each source's ``poll``.
 
-For each N in --n (default 10, 50, 200) simulated Modbus controllers (plus --m OPC UA
-controllers) polled at --hz (10), in one run:
+One simulator process serves --n Modbus controllers (plus --m OPC UA controllers in a second
+one). Then, alternated for --rounds rounds (default 3; figures are medians):
 
-* baseline: a bare pymodbus loop (one client per server, one read of the same block per
-  poll, nothing else) over the same servers, for --seconds;
-* agent: the real pollers (one task per connection, transition tracking) and the real
-  recorder into a real SQLite store in a temporary directory, for --seconds.
+* fleet, agent: the real pollers (one task per connection, transition tracking) at --hz and
+  the real recorder into a real SQLite store (synchronous=FULL), for --seconds;
+* fleet, bare: one ``AsyncModbusTcpClient`` per controller doing the same reads (the blocks
+  the agent's read plan asks for) at the same interval, sleeping to the next multiple of it,
+  nothing else, for --seconds;
+* one connection, agent: one controller polled with an interval of 0.1 ms (as fast as it
+  goes), recorder and store included; one connection, bare: the same reads back to back.
 
-Figures: polls/s asked and achieved (agent and baseline) and their ratio, the agent's CPU
-share (process CPU time / wall time; the simulators run in subprocesses, so they are not
-counted) and transition-to-commit latency p50/p99 (commit time minus the transition's source
-time, both from this machine's clock). Targets: ratio >= 0.7, and p99 under one
-poll interval + 50 ms at N = 50.
+Figures: polls/s asked and done, ticks missed (1 - polls done / polls asked, per side), p99 of
+the interval between one controller's consecutive polls, CPU per 1,000 polls (this process's
+CPU time over the window divided by the polls; the simulators run in other processes, so
+they are not counted), transition-to-commit latency p50/p99 of the agent, and peak RSS.
+Targets: <= 0.5 % ticks missed at 200 controllers x 10 Hz, CPU per poll <= 1.3 x bare, one
+connection >= 0.6 of bare.
+
+    python bench/poll.py                         # 200 controllers x 10 Hz, 20 s, 3 rounds
+    python bench/poll.py --n 10 --m 2 --seconds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import logging
 import subprocess
@@ -45,8 +53,10 @@ from agent.core.decide import Outcome  # noqa: E402
 from agent.core.snapshot import Observations  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
 from agent.sources.base import Source, run_source  # noqa: E402
+from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
 from agent.store.store import Store  # noqa: E402
+from bench.rounds import alternate_async, median, rss_peak_mb  # noqa: E402
 from devices.agent_config import device_config  # noqa: E402
 from devices.controller import ChannelSpec, Controller  # noqa: E402
 from devices.modbus_map import RegisterMap  # noqa: E402
@@ -57,18 +67,8 @@ logging.getLogger("asyncua").setLevel(logging.CRITICAL)
 
 
 def start_sim(names: list[str], *, opcua: bool, rate: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    args = [
-        sys.executable,
-        "-m",
-        "devices",
-        "--quiet",
-        "--channels",
-        "Trip",
-        "--random",
-        str(rate),
-        "--controllers",
-        *names,
-    ]
+    args = [sys.executable, "-m", "devices", "--quiet", "--channels", "Trip", "--random", str(rate)]
+    args += ["--controllers", *names]
     args += ["--no-modbus", "--opcua-port", "0"] if opcua else ["--no-opcua", "--modbus-port", "0"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -100,46 +100,102 @@ def device_entries(
     return out
 
 
-async def baseline(ports: Sequence[int], hz: float, seconds: float, count: int) -> float:
-    """A bare pymodbus read loop: the most a poller could do over the same servers."""
-    done = 0
-    period = 1.0 / hz
-    end = time.monotonic() + seconds
-
-    async def one(port: int) -> None:
-        nonlocal done
-        client = AsyncModbusTcpClient("127.0.0.1", port=port, timeout=1, retries=0, reconnect_delay=0)
-        await client.connect()
-        while time.monotonic() < end:
-            rr = await client.read_holding_registers(0, count=count, device_id=1)
-            if not rr.isError():
-                done += 1
-            await asyncio.sleep(period - (time.monotonic() % period))
-        client.close()
-
-    await asyncio.gather(*(one(p) for p in ports))
-    return done / seconds
+def load_devices(tmp: str, entries: list[dict[str, Any]], name: str) -> list[config.Device]:
+    path = Path(tmp) / f"{name}.yaml"
+    doc = {
+        "site": "bench",
+        "gateway": "bench",
+        "store": {"path": str(Path(tmp) / "unused.db")},
+        "devices": entries,
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return list(config.load(path).devices)
 
 
-class PollCount:
-    """Counts the polls that answered, by wrapping each source's ``poll`` (agent code unchanged)."""
+class Window:
+    """Poll completion times per connection, from the moment `open()` is called."""
 
     def __init__(self) -> None:
-        self.answered = 0
+        self.times: dict[str, list[float]] = {}
+        self.opened = False
 
-    def counted(self, source: Source) -> Source:
-        inner = source.poll
+    def open(self) -> None:
+        self.times = {k: [] for k in self.times}
+        self.opened = True
 
-        async def poll() -> Observations:
-            obs = await inner()
-            self.answered += 1
-            return obs
+    def mark(self, key: str) -> None:
+        self.times.setdefault(key, [])
+        if self.opened:
+            self.times[key].append(time.monotonic())
 
-        source.poll = poll  # type: ignore[method-assign]
-        return source
+    def polls(self, keys: Sequence[str] | None = None) -> int:
+        return sum(len(v) for k, v in self.times.items() if keys is None or k in keys)
+
+    def interval_p99_ms(self) -> float | None:
+        gaps = sorted(b - a for v in self.times.values() for a, b in itertools.pairwise(v))
+        return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1000, 1) if gaps else None
 
 
-async def agent(devices: Sequence[config.Device], seconds: float, db: Path) -> dict[str, Any]:
+def counted(source: Source, window: Window, key: str) -> Source:
+    inner = source.poll
+
+    async def poll() -> Observations:
+        obs = await inner()
+        window.mark(key)
+        return obs
+
+    source.poll = poll  # type: ignore[method-assign]
+    return source
+
+
+def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
+    """The (table, start, count) blocks the agent reads on every poll of this Modbus device."""
+    src = build_source(device, device.connections[0])
+    assert isinstance(src, ModbusSource)
+    return [(b.table, b.start, b.count) for b in src.plan.blocks]
+
+
+async def bare(
+    devices: Sequence[config.Device], ports: Sequence[int], seconds: float, *, paced: bool, warm_up: float
+) -> dict[str, Any]:
+    """One bare client per controller, the same reads; paced to the interval or back to back."""
+    window = Window()
+    clients = [
+        AsyncModbusTcpClient("127.0.0.1", port=p, timeout=1, retries=0, reconnect_delay=0) for p in ports
+    ]
+    await asyncio.gather(*(c.connect() for c in clients))
+    end = time.monotonic() + warm_up + seconds
+
+    async def one(dev: config.Device, client: AsyncModbusTcpClient) -> None:
+        period = dev.poll
+        reads = [
+            (getattr(client, f"read_{'holding_registers' if t == 'holding' else t}"), s, n)
+            for t, s, n in plan_of(dev)
+        ]
+        while time.monotonic() < end:
+            ok = True
+            for fn, start, count in reads:
+                rr = await fn(start, count=count, device_id=1)
+                ok = ok and not rr.isError()
+            if ok:
+                window.mark(dev.name)
+            if paced:
+                await asyncio.sleep(period - (time.monotonic() % period))
+
+    tasks = [asyncio.create_task(one(d, c)) for d, c in zip(devices, clients, strict=True)]
+    await asyncio.sleep(warm_up)
+    window.open()
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu, wall, n = time.process_time() - cpu0, time.monotonic() - wall0, window.polls()
+    await asyncio.gather(*tasks)
+    for c in clients:
+        c.close()
+    return {"polls": n, "wall": wall, "cpu": cpu, "interval_p99_ms": window.interval_p99_ms()}
+
+
+async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm_up: float) -> dict[str, Any]:
+    """The real pollers and recorder into a real store."""
     latencies: list[float] = []
 
     def on_commit(batch: Sequence[Observations], outcomes: Sequence[Outcome]) -> None:
@@ -152,18 +208,24 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path) -> d
     store = await Store.open(db)
     recorder = Recorder(store, on_commit=on_commit)
     stop, stop_rec = asyncio.Event(), asyncio.Event()
-    polls = PollCount()
+    window = Window()
     rec = asyncio.create_task(recorder.run(stop_rec))
-    tasks = [
-        asyncio.create_task(run_source(polls.counted(build_source(d, c)), recorder, stop))
-        for d in devices
-        for c in d.connections
-    ]
-    await asyncio.sleep(1.0)  # connect and first reads (whole ring) before measuring
-    polls.answered, latencies[:] = 0, []
+    modbus: list[str] = []
+    tasks = []
+    for d in devices:
+        for i, c in enumerate(d.connections):
+            key = f"{d.name}#{i}"
+            src = build_source(d, c)
+            if isinstance(src, ModbusSource):
+                modbus.append(key)
+            tasks.append(asyncio.create_task(run_source(counted(src, window, key), recorder, stop)))
+    await asyncio.sleep(warm_up)  # connect and first reads (whole ring) before measuring
+    window.open()
+    latencies[:] = []
     cpu0, wall0 = time.process_time(), time.monotonic()
     await asyncio.sleep(seconds)
-    cpu, wall, n = time.process_time() - cpu0, time.monotonic() - wall0, polls.answered
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    n, n_modbus = window.polls(), window.polls(modbus)
     stop.set()
     await asyncio.gather(*tasks)
     stop_rec.set()
@@ -175,72 +237,116 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path) -> d
         return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 1) if latencies else None
 
     return {
-        "polls_per_s": round(n / wall, 1),
-        "cpu_share": round(cpu / wall, 3),
+        "polls": n,
+        "modbus_polls": n_modbus,
+        "wall": wall,
+        "cpu": cpu,
+        "interval_p99_ms": window.interval_p99_ms(),
         "latency_ms_p50": pct(0.5),
         "latency_ms_p99": pct(0.99),
         "transitions_committed": len(latencies),
     }
 
 
-async def run_one(n: int, m: int, hz: float, seconds: float, rate_per_device: float) -> dict[str, Any]:
-    poll = f"{1000 / hz:g}ms"
-    mb_names = [f"PLC-{i:03d}" for i in range(n)]
-    ua_names = [f"OPC-{i:03d}" for i in range(m)]
+def missed_pct(polls: int, wall: float, connections: int, hz: float) -> float:
+    return round(max(0.0, 1 - polls / (wall * connections * hz)) * 100, 2)
+
+
+async def run(a: argparse.Namespace) -> dict[str, Any]:
+    poll = f"{1000 / a.hz:g}ms"
+    mb_names = [f"PLC-{i:03d}" for i in range(a.n)]
+    ua_names = [f"OPC-{i:03d}" for i in range(a.m)]
     procs = []
+    out: dict[str, Any] = {"bench": "poll", "hz": a.hz, "seconds": a.seconds, "rounds": a.rounds}
     try:
-        mb_proc, mb_ready = start_sim(mb_names, opcua=False, rate=rate_per_device * n)
+        mb_proc, mb_ready = start_sim(mb_names, opcua=False, rate=a.rate * a.n)
         procs.append(mb_proc)
         entries = device_entries(mb_names, mb_ready, opcua=False, poll=poll)
-        if m:
-            ua_proc, ua_ready = start_sim(ua_names, opcua=True, rate=rate_per_device * m)
+        ua_entries: list[dict[str, Any]] = []
+        if a.m:
+            ua_proc, ua_ready = start_sim(ua_names, opcua=True, rate=a.rate * a.m)
             procs.append(ua_proc)
-            entries += device_entries(ua_names, ua_ready, opcua=True, poll=poll)
+            ua_entries = device_entries(ua_names, ua_ready, opcua=True, poll=poll)
+        ports = [mb_ready["modbus"][x]["port"] for x in mb_names]
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "config.yaml"
-            doc = {
-                "site": "bench",
-                "gateway": "bench",
-                "store": {"path": str(Path(tmp) / "s.db")},
-                "devices": entries,
-            }
-            path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-            devices = config.load(path).devices
-            block = 10 + 8  # boot id and one channel: the agent's one live read per poll
-            base = await baseline([mb_ready["modbus"][x]["port"] for x in mb_names], hz, seconds, block)
-            got = await agent(devices, seconds, Path(tmp) / "s.db")
+            fleet = load_devices(tmp, entries + ua_entries, "fleet")
+            fleet_modbus = fleet[: a.n]
+            fast_entry = device_entries(mb_names[:1], mb_ready, opcua=False, poll="0.1ms")
+            fast = load_devices(tmp, fast_entry, "fast")
+            runs = iter(range(10_000))
+
+            async def agent_fleet() -> dict[str, Any]:
+                return await agent(fleet, a.seconds, Path(tmp) / f"f{next(runs)}.db", a.warm_up)
+
+            async def bare_fleet() -> dict[str, Any]:
+                return await bare(fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up)
+
+            ag, ba = await alternate_async(a.rounds, agent_fleet, bare_fleet)
+            one_s = min(a.seconds, 5.0)
+
+            async def agent_one() -> dict[str, Any]:
+                return await agent(fast, one_s, Path(tmp) / f"o{next(runs)}.db", a.warm_up)
+
+            async def bare_one() -> dict[str, Any]:
+                return await bare(fast, ports[:1], one_s, paced=False, warm_up=a.warm_up)
+
+            ag1, ba1 = await alternate_async(a.rounds, agent_one, bare_one)
     finally:
         for p in procs:
             p.terminate()
             p.wait(10)
-    modbus_share = n / (n + m) if n + m else 1
-    agent_modbus = got["polls_per_s"] * modbus_share  # approximate: every connection polls at the same rate
-    return {
-        "n_modbus": n,
-        "m_opcua": m,
-        "poll_hz": hz,
-        "asked_polls_per_s": (n + m) * hz,
-        "agent_polls_per_s": got["polls_per_s"],
-        "baseline_polls_per_s": round(base, 1),
-        "ratio": round(agent_modbus / base, 3) if base else None,
-        "agent_cpu_share": got["cpu_share"],
-        "latency_ms_p50": got["latency_ms_p50"],
-        "latency_ms_p99": got["latency_ms_p99"],
-        "latency_target_ms": 1000 / hz + 50,
-        "transitions_committed": got["transitions_committed"],
+
+    def med(rows: list[dict[str, Any]], key: str) -> float | None:
+        vals = [r[key] for r in rows if r[key] is not None]
+        return median(vals) if vals else None
+
+    agent_rates = [r["modbus_polls"] / r["wall"] for r in ag]
+    bare_rates = [r["polls"] / r["wall"] for r in ba]
+    agent_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ag]  # ms per 1,000 polls
+    bare_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ba]
+    out["fleet"] = {
+        "n_modbus": a.n,
+        "m_opcua": a.m,
+        "asked_polls_per_s": (a.n + a.m) * a.hz,
+        "agent_polls_per_s": round(median([r["polls"] / r["wall"] for r in ag]), 1),
+        "agent_modbus_polls_per_s": round(median(agent_rates), 1),
+        "bare_polls_per_s": round(median(bare_rates), 1),
+        "ratio": round(median(agent_rates) / median(bare_rates), 3),
+        "agent_missed_pct": median([missed_pct(r["polls"], r["wall"], a.n + a.m, a.hz) for r in ag]),
+        "bare_missed_pct": median([missed_pct(r["polls"], r["wall"], a.n, a.hz) for r in ba]),
+        "agent_interval_p99_ms": med(ag, "interval_p99_ms"),
+        "bare_interval_p99_ms": med(ba, "interval_p99_ms"),
+        "agent_cpu_ms_per_1000_polls": round(median(agent_cpu), 1),
+        "bare_cpu_ms_per_1000_polls": round(median(bare_cpu), 1),
+        "cpu_per_poll_ratio": round(median(agent_cpu) / median(bare_cpu), 3),
+        "agent_cpu_share": round(median([r["cpu"] / r["wall"] for r in ag]), 3),
+        "latency_ms_p50": med(ag, "latency_ms_p50"),
+        "latency_ms_p99": med(ag, "latency_ms_p99"),
+        "transitions_committed": sum(r["transitions_committed"] for r in ag),
     }
+    one_agent = [r["polls"] / r["wall"] for r in ag1]
+    one_bare = [r["polls"] / r["wall"] for r in ba1]
+    out["one_connection"] = {
+        "agent_polls_per_s": round(median(one_agent), 1),
+        "bare_polls_per_s": round(median(one_bare), 1),
+        "ratio": round(median(one_agent) / median(one_bare), 3),
+        "agent_cpu_ms_per_1000_polls": round(median([r["cpu"] / max(1, r["polls"]) * 1e6 for r in ag1]), 1),
+        "bare_cpu_ms_per_1000_polls": round(median([r["cpu"] / max(1, r["polls"]) * 1e6 for r in ba1]), 1),
+    }
+    out["rss_peak_mb"] = round(rss_peak_mb(), 1)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, nargs="+", default=[10, 50, 200])
-    ap.add_argument("--m", type=int, default=2, help="OPC UA controllers (one simulator server)")
+    ap.add_argument("--n", type=int, default=200, help="Modbus controllers (one simulator process)")
+    ap.add_argument("--m", type=int, default=0, help="OPC UA controllers (a second simulator process)")
     ap.add_argument("--hz", type=float, default=10.0)
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and bare loop")
     ap.add_argument("--rate", type=float, default=0.5, help="transitions per second per controller")
-    a = ap.parse_args()
-    runs = [asyncio.run(run_one(n, a.m, a.hz, a.seconds, a.rate)) for n in a.n]
-    print(json.dumps({"bench": "poll", "runs": runs}))
+    ap.add_argument("--warm-up", type=float, default=1.5, help="seconds to connect and read before measuring")
+    print(json.dumps(asyncio.run(run(ap.parse_args()))))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ store's reader, so they never create, migrate or lock a store. Nothing here touc
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import sys
@@ -52,27 +53,35 @@ class ImportTally:
 
 
 def _json_results(lines: list[int], outcomes: list[Outcome]) -> str:
+    """One JSON object per line, exactly as `json.dumps` writes it (the common fields are
+    plain numbers and fixed words, so they are formatted directly)."""
+    dumps = json.dumps
     return "".join(
-        json.dumps(
-            {
-                "line": line,
-                "decision": oc.decision.value,
-                "canonical_id": oc.canonical_id,
-                "duplicate_of": oc.duplicate_of,
-                "reason": oc.reason,
-                "flags": list(oc.flags),
-            }
-        )
-        + "\n"
+        f'{{"line": {line}, "decision": "{oc.decision.value}", "canonical_id": {_num(oc.canonical_id)},'
+        f' "duplicate_of": {_num(oc.duplicate_of)},'
+        f' "reason": {"null" if oc.reason is None else dumps(oc.reason)},'
+        f' "flags": {dumps(list(oc.flags)) if oc.flags else "[]"}}}\n'
         for line, oc in zip(lines, outcomes, strict=True)
     )
+
+
+def _num(n: int | None) -> str:
+    return "null" if n is None else str(int(n))
 
 
 async def import_into(
     store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: progress.Progress
 ) -> None:
-    """Record the file batch by batch; a batch's results are printed only after its commit."""
-    for batch in read_batches(file, receiver=receiver):
+    """Record the file batch by batch; a batch's results are printed only after its commit.
+
+    Batch N+1 is parsed in a worker thread while batch N is being recorded (the commit's
+    fsync and SQLite's own work run without the interpreter lock); batches are still
+    recorded one after the other, in file order."""
+    batches = iter(read_batches(file, receiver=receiver))
+    loop = asyncio.get_running_loop()
+    parsing = loop.run_in_executor(None, next, batches, None)
+    while (batch := await parsing) is not None:
+        parsing = loop.run_in_executor(None, next, batches, None)
         outcomes = await store.record(batch.items)
         if as_json:
             sys.stdout.write(_json_results(batch.lines, outcomes))

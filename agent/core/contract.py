@@ -268,8 +268,13 @@ IDENTITY_INCOMPLETE_TYPE = "io.edgeagent.identity_incomplete"
 _SITE = re.compile(r"[A-Za-z0-9._~:/-]+")
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
+
+
 def pct(text: str) -> str:
     """Percent-encode every UTF-8 byte outside `A-Z a-z 0-9 - . _ ~`."""
+    if _UNRESERVED.fullmatch(text):
+        return text  # nothing to encode (the common case: ids and names of plain letters and digits)
     return quote(text, safe="", encoding="utf-8")
 
 

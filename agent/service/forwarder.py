@@ -3,11 +3,17 @@ Marks a row delivered only on the sink's proof; never decides what an event is (
 
 Loop: claim the first pending rows (attempts + 1 committed first) -> encode
 -> publish -> settle every row by its outcome in one transaction. Rows are
-marked delivered only on the sink's proof of acknowledgement. When any row
+marked delivered only on the sink's proof of acknowledgement. Two batches are
+in hand at once: while one is being published, the next is claimed (its
+attempts committed) and encoded, and its publishing starts at once when the
+sink can overlap calls and is connected (MQTT: the window of messages in
+flight stays full across reads; never after the batch before it failed), else
+right after the batch before it was acknowledged in full (HTTP: claim and
+settle overlap the POSTs; the order stays the outbox order). When any row
 comes back `retry`, the forwarder backs off (capped exponential, jittered,
 `Retry-After` honoured) and starts again from the head of the queue, so the
 backlog is kept and its first arrival upstream stays in insertion order; new
-events recorded meanwhile queue behind it. Memory holds one batch, however
+events recorded meanwhile queue behind it. Memory holds two batches, however
 large the backlog.
 
 `replayed` (an extension attribute, never part of the id) is true for an
@@ -24,6 +30,7 @@ pending and go out again on the next start. Settling is never cancelled.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -79,6 +86,20 @@ class ForwarderState:
     retried: int = 0
 
 
+PIPELINE_DEPTH = 2  # batches claimed and in flight at once: the next read is ready when one settles
+
+
+@dataclass(eq=False)
+class _Flight:
+    """One claimed batch: its rows, their outcomes so far (encode errors), what is being published."""
+
+    entries: Sequence[Entry]
+    outcomes: list[SendOutcome | None]
+    slots: list[int]
+    events: list[Event]
+    task: asyncio.Task[list[SendOutcome]] | None
+
+
 class Forwarder:
     """Drains one upstream's outbox through its sink. `await run(stop)` in a named task."""
 
@@ -120,37 +141,109 @@ class Forwarder:
         log.info("forwarder started upstream=%s backlog_until=%d", name, self._replay_until)
         self.started.set()
         drain = _Drain(stop, drain_s)
-        while not drain.over():
-            try:
-                entries = await self.outbox.claim(name, self.upstream.read_size)
-            except StoreError as exc:
-                await self._store_trouble(exc, stop)
-                continue
-            if not entries:
+        ahead: collections.deque[_Flight] = collections.deque()
+        after = 0  # the last row claimed: the next claim takes the rows after it
+        try:
+            while not drain.over():
+                if len(ahead) < PIPELINE_DEPTH:
+                    try:
+                        entries = await self.outbox.claim(name, self.upstream.read_size, after=after)
+                    except StoreError as exc:
+                        if not ahead:
+                            await self._store_trouble(exc, stop)
+                            continue
+                        entries = []  # settle what is in flight first
+                    if entries:
+                        after = entries[-1].outbox_id
+                        ahead.append(self._start(entries, ahead[-1] if ahead else None))
+                        continue
+                if not ahead:
+                    after = 0  # idle: the next claim looks from the head (rows queued again by hand)
+                    if stop.is_set():
+                        break
+                    await self._idle(stop)
+                    continue
+                delay = await self._finish(ahead.popleft(), drain)
+                if delay is None:
+                    continue
+                while ahead:  # what was sent behind the failed batch: settle it too
+                    later = await self._finish(ahead.popleft(), drain)
+                    delay = max(delay, later or 0.0)
+                after = 0  # again from the head of the queue, after the backoff
                 if stop.is_set():
                     break
-                await self._idle(stop)
-                continue
-            delay = await self._forward(entries, drain)
-            if delay is not None:
-                if stop.is_set():
-                    break
-                await _wait(stop, delay)
+                if delay > 0:
+                    await _wait(stop, delay)
+        finally:
+            for flight in ahead:  # the drain is over: these rows stay pending
+                if flight.task is not None:
+                    flight.task.cancel()
+            await asyncio.gather(*(f.task for f in ahead if f.task is not None), return_exceptions=True)
         log.info("forwarder stopped upstream=%s", name)
 
-    async def _forward(self, entries: Sequence[Entry], drain: _Drain) -> float | None:
-        """Send claimed rows and settle them; the delay before the next attempt, or None."""
-        outcomes = await self._send(entries, drain)
+    def _start(self, entries: Sequence[Entry], before: _Flight | None) -> _Flight:
+        """Encode claimed rows and start publishing them (behind `before` when the sink cannot overlap)."""
+        flight = _Flight(entries, [None] * len(entries), [], [], None)
+        for i, entry in enumerate(entries):
+            replayed = self._outage or entry.attempt > 1 or entry.outbox_id <= self._replay_until
+            try:
+                flight.events.append(
+                    encode(
+                        entry,
+                        site=self.site,
+                        gateway=self.gateway,
+                        replayed=replayed,
+                        store_id=self.store_id,
+                    )
+                )
+                flight.slots.append(i)
+            except EncodeError as exc:
+                flight.outcomes[i] = rejected(str(exc))
+        if flight.events:
+            prev = before.task if before is not None else None
+            if prev is None:
+                publish = self.sink.publish(flight.events)
+            elif getattr(self.sink, "overlapping", False) and getattr(self.sink, "connected", False):
+                publish = self._beside(prev, flight.events)
+            else:
+                publish = self._after(prev, flight.events)
+            flight.task = asyncio.create_task(publish, name=f"publish[{self.upstream.name}]")
+        return flight
+
+    async def _beside(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
+        """Publish `events` while `prev` is still in flight; not at all when `prev` already failed
+        (its events go out again from the head of the queue, and these after them)."""
+        if prev.done() and (prev.cancelled() or prev.exception() is not None or _failed(prev.result())):
+            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
+        return await self.sink.publish(events)
+
+    async def _after(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
+        """Publish `events` once `prev` is acknowledged in full; not at all when it is not."""
+        await asyncio.wait({prev})
+        if prev.cancelled() or prev.exception() is not None:
+            return [retry("not sent: the batch before it was not sent")] * len(events)
+        if _failed(prev.result()):
+            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
+        return await self.sink.publish(events)
+
+    async def _finish(self, flight: _Flight, drain: _Drain) -> float | None:
+        """Wait for a batch's outcomes and settle them; the delay before the next attempt (after
+        which the forwarder starts again from the head of the queue), or None to go on."""
+        if flight.task is not None:
+            published = await self._bounded(flight.task, len(flight.events), drain)
+            for i, oc in zip(flight.slots, published, strict=True):
+                flight.outcomes[i] = oc
+        outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
         try:
             await self.outbox.settle(
-                [(e.outbox_id, o) for e, o in zip(entries, outcomes, strict=True)],
+                [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)],
                 format_timestamp(self.clock()),
             )
         except StoreError as exc:
             # The store cannot be written (e.g. a full disk): these rows stay pending and are
             # sent again, same ids, once it can. At least once, never lost; the service goes on.
             await self._store_trouble(exc, drain.stop)
-            return None
+            return 0.0
         return await self._account(outcomes)
 
     async def _store_trouble(self, exc: StoreError, stop: asyncio.Event) -> None:
@@ -161,48 +254,30 @@ class Forwarder:
         self.state.last_error = text
         await _wait(stop, 1.0)
 
-    async def _send(self, entries: Sequence[Entry], drain: _Drain) -> list[SendOutcome]:
-        outcomes: list[SendOutcome | None] = [None] * len(entries)
-        events: list[Event] = []
-        slots: list[int] = []
-        for i, entry in enumerate(entries):
-            replayed = self._outage or entry.attempt > 1 or entry.outbox_id <= self._replay_until
+    async def _bounded(
+        self, task: asyncio.Task[list[SendOutcome]], count: int, drain: _Drain
+    ) -> list[SendOutcome]:
+        """The outcomes of a publish task, cut short when stopping takes longer than the drain allows."""
+        if not task.done():
+            loop = asyncio.get_running_loop()
+            stopping = asyncio.create_task(drain.stop.wait())
             try:
-                event = encode(
-                    entry, site=self.site, gateway=self.gateway, replayed=replayed, store_id=self.store_id
-                )
-                events.append(event)
-                slots.append(i)
-            except EncodeError as exc:
-                outcomes[i] = rejected(str(exc))
-        if events:
-            published = await self._publish_bounded(events, drain)
-            for i, oc in zip(slots, published, strict=True):
-                outcomes[i] = oc
-        return [oc if oc is not None else retry("not sent") for oc in outcomes]
-
-    async def _publish_bounded(self, events: list[Event], drain: _Drain) -> list[SendOutcome]:
-        """`sink.publish`, cut short when stopping takes longer than the drain allows."""
-        loop = asyncio.get_running_loop()
-        task = asyncio.create_task(self.sink.publish(events), name=f"publish[{self.upstream.name}]")
-        stopping = asyncio.create_task(drain.stop.wait())
-        try:
-            await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
-                await asyncio.wait({task}, timeout=max(0.0, drain.end() - loop.time()))
-        finally:
-            stopping.cancel()
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, stopping, return_exceptions=True)
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not task.done():
+                    await asyncio.wait({task}, timeout=max(0.0, drain.end() - loop.time()))
+            finally:
+                stopping.cancel()
+                if not task.done():
+                    task.cancel()
+                await asyncio.gather(task, stopping, return_exceptions=True)
         if task.cancelled():
             log.warning(
                 "drain of %.0fs over: %s not acknowledged stay pending upstream=%s",
                 drain.drain_s,
-                counted(len(events), "event"),
+                counted(count, "event"),
                 self.upstream.name,
             )
-            return [retry("stopped before the upstream acknowledged")] * len(events)
+            return [retry("stopped before the upstream acknowledged")] * count
         return task.result()
 
     async def _account(self, outcomes: Sequence[SendOutcome]) -> float | None:
@@ -260,6 +335,10 @@ class Forwarder:
             for w in waits:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
+
+
+def _failed(outcomes: Sequence[SendOutcome]) -> bool:
+    return any(o.verdict is Verdict.RETRY for o in outcomes)
 
 
 async def _wait(stop: asyncio.Event, delay: float) -> None:

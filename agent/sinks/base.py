@@ -16,7 +16,14 @@ from agent.sinks.encode import Event
 
 
 class Sink(Protocol):
-    """One upstream. Used by one forwarder task at a time (no concurrent `publish` calls).
+    """One upstream. Used by one forwarder task at a time.
+
+    `overlapping` True: `publish()` may be called again before an earlier call returned; the
+    events of the calls are offered in call order (MQTT: one window of messages in flight
+    across calls). The forwarder overlaps calls only while the sink says it is `connected`
+    (so two calls never race to connect), and a call that would have to connect while an
+    earlier one is still in progress returns `retry` without sending (the earlier call lost
+    the connection; its events must go out first). False: calls never overlap.
 
     Call order: `publish()` any number of times, then `close()` once. There is
     no separate connect step: `publish()` connects when it has no live
@@ -25,6 +32,7 @@ class Sink(Protocol):
     """
 
     name: str
+    overlapping: bool
 
     async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
         """Offer `events` (in outbox order) and return one SendOutcome per event, in the same order.

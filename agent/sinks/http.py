@@ -45,6 +45,8 @@ def batch_idempotency_key(events: Sequence[Event]) -> str:
 class HttpSink:
     """A `Sink` posting CloudEvents batches to one HTTP(S) endpoint."""
 
+    overlapping = False  # one request after the other: the order of first arrival is the outbox order
+
     def __init__(
         self, settings: HttpUpstream, *, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     ) -> None:

@@ -2,16 +2,25 @@
 Never raises a network error (they come back as `retry`) and never touches the store.
 
 Facts about aiomqtt and paho this module is built around:
-* `publish(qos=1)` returns after the PUBACK, or raises `MqttError("Operation
-  timed out")` after `timeout`. A timed-out message may still arrive: that is
-  the "at least once" case, and receivers deduplicate on (source, id).
+* aiomqtt makes the connection (TLS, credentials, protocol version) and runs
+  paho's network loop. Messages are handed to paho's own `publish()`: paho
+  keeps at most `max_inflight_messages` unacknowledged on the wire and queues
+  the rest in call order, sending the next one as each PUBACK arrives. So the
+  window stays full across the forwarder's reads, with no task, event or timer
+  per message (aiomqtt's `publish()` makes all three for each message).
+  `publish()` may be called again before an earlier call returned
+  (`overlapping`): its messages queue behind the earlier ones.
+* An event is delivered when paho's `on_publish` reports its PUBACK. One timer
+  per connection checks the oldest message handed over: unacknowledged after
+  `ack_timeout_s` makes it `retry` and the connection is dropped. A message
+  that timed out may still arrive: that is the "at least once" case, and
+  receivers deduplicate on (source, id).
 * There is no auto-reconnect. `publish()` connects when it has no connection;
-  the forwarder's backoff paces the attempts. A client that only publishes
-  notices a lost connection on its next publish, so publishes of one batch
-  race against the client's disconnect future and fail fast with it instead
-  of each waiting for its own timeout.
-* aiomqtt ignores MQTT v5 PUBACK reason codes: we wrap paho's `on_publish`
-  to record them, and a code >= 0x80 makes the event `rejected`. On 3.1.1 (the
+  the forwarder's backoff paces the attempts. When the client's disconnect
+  future completes, every message not acknowledged comes back `retry` at once
+  instead of each waiting for its own timeout.
+* aiomqtt ignores MQTT v5 PUBACK reason codes: paho's `on_publish` gives them
+  to us, and a code >= 0x80 makes the event `rejected`. On 3.1.1 (the
   default) a refusing broker disconnects instead, or acks and drops (mosquitto
   ACLs): get ACLs right and watch them on the broker.
 * With 20-100 messages in flight, Nagle and delayed ACKs collapse throughput;
@@ -24,15 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiomqtt
+from paho.mqtt.client import MQTT_ERR_SUCCESS
 
 from agent.config.upstreams import MqttUpstream
 from agent.core.redact import mask_url
@@ -41,9 +51,6 @@ from agent.sinks.encode import Event, batch_body, render_topic
 from agent.sinks.tls import read_secret, tls_context
 
 log = logging.getLogger(__name__)
-
-# The paho message id of the publish running in the current task (see `_track`).
-_MID: contextvars.ContextVar[list[int]] = contextvars.ContextVar("edge_agent_mqtt_mid")
 
 
 def _quiet_logger() -> logging.Logger:
@@ -54,8 +61,108 @@ def _quiet_logger() -> logging.Logger:
     return lg
 
 
+@dataclass(eq=False)
+class _Batch:
+    """The outcomes of one `publish()` call, filled in by the workers."""
+
+    outcomes: list[SendOutcome | None]
+    left: int
+    done: asyncio.Future[None]
+
+    def settle(self, i: int, oc: SendOutcome) -> None:
+        if self.outcomes[i] is None:
+            self.outcomes[i] = oc
+            self.left -= 1
+            if self.left == 0 and not self.done.done():
+                self.done.set_result(None)
+
+
+class _Window:
+    """One connection's messages handed to paho and not yet acknowledged, by message id."""
+
+    def __init__(self, client: aiomqtt.Client, ack_timeout_s: float) -> None:
+        self.client = client
+        self.paho: Any = client._client
+        self.lost: asyncio.Future[None] = client._disconnected  # no public API for "the connection is gone"
+        self.ack_timeout_s = ack_timeout_s
+        self.pending: dict[int, tuple[_Batch, int, float]] = {}  # mid -> (batch, index, handed at)
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self.lost.add_done_callback(self._on_lost)
+
+    def offer(self, batch: _Batch, messages: list[tuple[str, list[Event], bytes]]) -> None:
+        """Hand `messages` to paho in order; each is settled on its PUBACK, timeout or the loss."""
+        if self.lost.done():
+            for i in range(len(messages)):
+                batch.settle(i, retry("connection lost before this message was sent"))
+            return
+        now = self._loop.time()
+        for i, (topic, _, body) in enumerate(messages):
+            try:
+                info = self.paho.publish(topic, body, 1)
+            except (ValueError, OSError) as exc:  # a topic paho refuses, a payload too large
+                batch.settle(i, retry(f"connection error: {exc}"))
+                continue
+            if info.rc != MQTT_ERR_SUCCESS:
+                batch.settle(i, retry(f"connection error: could not publish (paho rc {info.rc})"))
+            else:
+                self.pending[info.mid] = (batch, i, now)
+        if self.pending and self._timer is None:
+            self._timer = self._loop.call_later(self._tick(), self._check)
+
+    def acked(self, mid: int, rc: Any) -> None:
+        """paho's `on_publish`: the PUBACK of message `mid` (with its v5 reason code)."""
+        item = self.pending.pop(mid, None)
+        if item is None:
+            return
+        batch, i, _ = item
+        if getattr(rc, "is_failure", False):
+            batch.settle(i, classify_mqtt_reason(int(rc.value), str(rc)))
+        else:
+            batch.settle(i, DELIVERED)
+
+    def forget(self, batch: _Batch) -> None:
+        """Stop waiting for the messages of `batch` (its caller gave up)."""
+        for mid in [mid for mid, item in self.pending.items() if item[0] is batch]:
+            del self.pending[mid]
+
+    def _tick(self) -> float:
+        return max(0.05, min(1.0, self.ack_timeout_s / 4))
+
+    def _check(self) -> None:
+        """The oldest messages first: any without a PUBACK after `ack_timeout_s` comes back `retry`."""
+        self._timer = None
+        limit = self._loop.time() - self.ack_timeout_s
+        expired = []
+        for mid, (_, _, at) in self.pending.items():
+            if at > limit:
+                break
+            expired.append(mid)
+        for mid in expired:
+            batch, i, _ = self.pending.pop(mid)
+            batch.settle(i, retry(f"connection error: no PUBACK within {self.ack_timeout_s:g} s"))
+        if self.pending:
+            self._timer = self._loop.call_later(self._tick(), self._check)
+
+    def _on_lost(self, fut: asyncio.Future[None]) -> None:
+        if not fut.cancelled():
+            fut.exception()  # retrieved: the loss is reported per message below
+        self.close()
+
+    def close(self) -> None:
+        """Every message not acknowledged comes back as `retry`."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self.pending = self.pending, {}
+        for batch, i, _ in pending.values():
+            batch.settle(i, retry("connection lost while waiting for PUBACK"))
+
+
 class MqttSink:
     """A `Sink` publishing CloudEvents to one MQTT broker at QoS 1."""
+
+    overlapping = True  # publish() may be called again before an earlier call returned
 
     def __init__(self, settings: MqttUpstream, *, site: str, gateway: str) -> None:
         self.name = settings.name
@@ -63,19 +170,44 @@ class MqttSink:
         self.site = site
         self.client_id = settings.client_id or f"edge-agent-{gateway}-{settings.name}-{os.getpid()}"
         self._client: aiomqtt.Client | None = None
-        self._refused: dict[int, tuple[int, str]] = {}
+        self._window: _Window | None = None
+        self._connecting = asyncio.Lock()
+        self._calls = 0  # publish() calls in progress
 
     async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
-        if self._client is None:
-            try:
-                self._client = await self._connect()
-            except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
-                return [retry(f"{self._where()}: connect failed: {exc}")] * len(events)
+        self._calls += 1
+        try:
+            return await self._publish(events)
+        finally:
+            self._calls -= 1
+
+    async def _publish(self, events: Sequence[Event]) -> list[SendOutcome]:
+        async with self._connecting:
+            if self._window is None:
+                if self._calls > 1:
+                    # An earlier call is still in progress and lost the connection: connecting
+                    # again now would let these events reach the broker before the earlier
+                    # call's, which are sent again only after the forwarder's backoff.
+                    return [retry("not sent: the connection was lost under an earlier batch")] * len(events)
+                try:
+                    client = await self._connect()
+                except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
+                    return [retry(f"{self._where()}: connect failed: {exc}")] * len(events)
+                self._client = client
+                self._window = _Window(client, self.settings.ack_timeout_s)
+            window = self._window
         messages = self._messages(events)
-        outcomes = await self._publish_all(self._client, messages)
-        if any(o is not DELIVERED and o.reason.startswith("connection") for o in outcomes):
+        outcomes = await self._publish_all(window, messages)
+        if self._window is window and any(
+            o is not DELIVERED and o.reason.startswith("connection") for o in outcomes
+        ):
             await self._drop()
         return [oc for (topic, group, body), oc in zip(messages, outcomes, strict=True) for _ in group]
+
+    @property
+    def connected(self) -> bool:
+        """A connection is up (publish() will not have to connect first)."""
+        return self._window is not None and not self._window.lost.done()
 
     async def close(self) -> None:
         await self._drop()
@@ -105,52 +237,24 @@ class MqttSink:
         return out
 
     async def _publish_all(
-        self, client: aiomqtt.Client, messages: list[tuple[str, list[Event], bytes]]
+        self, window: _Window, messages: list[tuple[str, list[Event], bytes]]
     ) -> list[SendOutcome]:
-        window = asyncio.Semaphore(self.settings.max_inflight)
-        lost: asyncio.Future[None] = client._disconnected  # no public API for "the connection is gone"
-
-        async def one(topic: str, body: bytes) -> SendOutcome:
-            async with window:
-                if lost.done():
-                    return retry("connection lost before this message was sent")
-                return await self._publish_one(client, topic, body)
-
-        tasks = [asyncio.create_task(one(t, b)) for t, _, b in messages]
-        everything: asyncio.Future[Any] = asyncio.gather(*tasks, return_exceptions=True)
-        watcher: asyncio.Future[Any] = asyncio.ensure_future(asyncio.shield(lost))
+        """Hand `messages` to the window and wait for every outcome (cancelled: all retry)."""
+        if not messages:
+            return []
+        loop = asyncio.get_running_loop()
+        batch = _Batch([None] * len(messages), len(messages), loop.create_future())
+        window.offer(batch, messages)
         try:
-            # One wait over two futures (not over every task) keeps this O(n) per batch.
-            await asyncio.wait({everything, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
-                await watcher
-            for t in tasks:
-                t.cancel()  # no-op for finished ones; the rest lost their connection
-            await everything
-        return [self._result(t) for t in tasks]
-
-    @staticmethod
-    def _result(task: asyncio.Task[SendOutcome]) -> SendOutcome:
-        if task.cancelled():
-            return retry("connection lost while waiting for PUBACK")
-        exc = task.exception()
-        if exc is not None:
-            return retry(f"connection error: {exc}")
-        return task.result()
-
-    async def _publish_one(self, client: aiomqtt.Client, topic: str, body: bytes) -> SendOutcome:
-        cell: list[int] = []
-        _MID.set(cell)
-        try:
-            await client.publish(topic, body, qos=1, timeout=self.settings.ack_timeout_s)
-        except aiomqtt.MqttError as exc:
-            return retry(f"connection error: {exc}")
-        refused = self._refused.pop(cell[0], None) if cell else None
-        if refused is not None:
-            return classify_mqtt_reason(*refused)
-        return DELIVERED
+            await asyncio.shield(batch.done)
+        except asyncio.CancelledError:
+            # The caller gave up (the drain is over): these messages stay pending (paho may still
+            # send some; at least once). The connection is dropped by close().
+            window.forget(batch)
+            for i in range(len(messages)):
+                batch.settle(i, retry("stopped before the upstream acknowledged"))
+            raise
+        return [oc if oc is not None else retry("not sent") for oc in batch.outcomes]
 
     async def _connect(self) -> aiomqtt.Client:
         s = self.settings
@@ -178,29 +282,24 @@ class MqttSink:
         return client
 
     def _track(self, client: aiomqtt.Client) -> None:
-        """Record MQTT v5 PUBACK reason codes by message id (aiomqtt drops them)."""
+        """PUBACKs (with their v5 reason codes) go to this connection's window; aiomqtt's own
+        `on_publish` still runs (it finds nothing of ours to resolve)."""
         paho: Any = client._client
-        on_publish, publish = paho.on_publish, paho.publish
-        refused = self._refused
+        on_publish = paho.on_publish
 
         def tracked_on_publish(c: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-            if getattr(rc, "is_failure", False):
-                refused[mid] = (int(rc.value), str(rc))
+            window = self._window
+            if window is not None and window.client is client:
+                window.acked(mid, rc)
             on_publish(c, userdata, mid, rc, props)
 
-        def tracked_publish(*args: Any, **kwargs: Any) -> Any:
-            info = publish(*args, **kwargs)
-            cell = _MID.get(None)
-            if cell is not None:
-                cell.append(info.mid)
-            return info
-
         paho.on_publish = tracked_on_publish
-        paho.publish = tracked_publish
 
     async def _drop(self) -> None:
         client, self._client = self._client, None
-        self._refused.clear()
+        window, self._window = self._window, None
+        if window is not None:
+            window.close()
         if client is None:
             return
         with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
@@ -85,6 +86,22 @@ class StateLog:
         else:
             self.logger.log(level, "%s %s: %s", self.label, what, state)
         return True
+
+
+def phase_s(key: str, period: float) -> float:
+    """A stable offset in [0, period) for the connection named `key` (the same on every start).
+
+    Connections with one interval would otherwise all wake on the same millisecond: their
+    requests queue behind each other, and one that lands after the next tick loses it.
+    Spreading the ticks over the interval by a hash of the name keeps them apart.
+    """
+    return (zlib.crc32(key.encode("utf-8")) / 2**32) * period
+
+
+def due_in_s(period: float, phase: float, now: float) -> float:
+    """Seconds from `now` to the next tick at `phase + k * period` (no drift, no burst after a
+    slow read: a tick that has passed is skipped, never made up)."""
+    return period - ((now - phase) % period)
 
 
 def _now_text() -> str:

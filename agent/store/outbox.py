@@ -6,7 +6,7 @@ upstream, never retried automatically). `attempts` counts delivery attempts
 of that row for that upstream.
 
 Crash safety, step by step (one forwarder per upstream and store):
-1. `claim()` reads the first pending rows (insertion order) joined with their
+1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
    records and commits `attempts + 1` for them *before* anything is sent. A
    crash afterwards resends them with the next attempt number, same ids.
 2. The sink publishes and waits for acknowledgements.
@@ -36,22 +36,23 @@ from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityInco
 from agent.core.send_outcome import SendOutcome, Verdict
 from agent.store.connection import WriterConnection
 
-_CLAIM = """
-SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at,
-  e.canonical_id, e.source, e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival,
-  b.boot_row, b.device, b.boot_id, b.previous_boot_id, b.first_arrival, b.source_ts, b.live, b.evidence,
-  a.anomaly_id, a.source, a.boot_id, a.kind, a.from_value, a.to_value, a.detected_at, a.evidence,
-  r.arrival_id, r.source, r.transition_id, r.boot_id, r.source_ts, r.arrival_at, r.receiver, r.raw,
-  e.identity_basis, r.identity_basis
-FROM outbox o
-LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id
-LEFT JOIN boots b ON o.kind = 'boot_observed' AND b.boot_row = o.ref_id
-LEFT JOIN anomalies a ON o.kind IN ('gap', 'anomaly') AND a.anomaly_id = o.ref_id
-LEFT JOIN arrivals r ON o.kind = 'identity_incomplete' AND r.arrival_id = o.ref_id
-WHERE o.upstream = ? AND o.state = 'pending'
-ORDER BY o.outbox_id
-LIMIT ?
-"""
+# The queue head through the outbox_pending(upstream, state, outbox_id) index, then each
+# kind's records by primary key in one statement per kind (no join probing four tables per row).
+_HEAD = (
+    "SELECT outbox_id, kind, ref_id, attempts, created_at FROM outbox"
+    " WHERE upstream = ? AND state = 'pending' AND outbox_id > ? ORDER BY outbox_id LIMIT ?"
+)
+_RECORDS = {
+    "transition": "SELECT canonical_id, source, transition_id, boot_id, source_ts, payload, first_arrival,"
+    " identity_basis FROM events WHERE canonical_id IN (SELECT value FROM json_each(?))",
+    "boot_observed": "SELECT boot_row, device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
+    " evidence FROM boots WHERE boot_row IN (SELECT value FROM json_each(?))",
+    "anomaly": "SELECT anomaly_id, source, boot_id, kind, from_value, to_value, detected_at, evidence"
+    " FROM anomalies WHERE anomaly_id IN (SELECT value FROM json_each(?))",
+    "identity_incomplete": "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
+    " receiver, raw, identity_basis FROM arrivals WHERE arrival_id IN (SELECT value FROM json_each(?))",
+}
+_TABLE_OF = {"gap": "anomaly"}  # gaps and anomalies are both rows of `anomalies`
 
 MAX_ERROR_CHARS = 500
 
@@ -76,32 +77,44 @@ class Outbox:
     def __init__(self, store: WriterConnection) -> None:
         self.store = store
 
-    async def claim(self, upstream: str, limit: int) -> list[Entry]:
-        """The first `limit` pending rows of `upstream`, in insertion order, with `attempts + 1` committed."""
+    async def claim(self, upstream: str, limit: int, *, after: int = 0) -> list[Entry]:
+        """The first `limit` pending rows of `upstream` after outbox id `after`, in insertion order,
+        with `attempts + 1` committed. `after` lets a forwarder claim the next rows while the rows
+        it claimed before are still in flight (and so still pending)."""
         store = self.store
         async with store.lock:
-            rows = await store.db.execute_fetchall(_CLAIM, (upstream, limit))
+            rows = await store.db.execute_fetchall(_HEAD, (upstream, after, limit))
             if not rows:
                 return []
-            ids = [(r[0],) for r in rows]
+            wanted: dict[str, list[int]] = {}
+            for r in rows:
+                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[2])
+            records: dict[str, dict[int, Any]] = {}
+            for table, refs in wanted.items():
+                sql = _RECORDS.get(table)
+                found = await store.db.execute_fetchall(sql, (_ids(refs),)) if sql is not None else []
+                records[table] = {rec[0]: rec for rec in found}
             async with store.transaction():
-                await store.db.executemany(
-                    "UPDATE outbox SET attempts = attempts + 1 WHERE outbox_id = ? AND state = 'pending'", ids
+                await store.db.execute(
+                    "UPDATE outbox SET attempts = attempts + 1"
+                    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
+                    (_ids([r[0] for r in rows]),),
                 )
-        return [_entry(r) for r in rows]
+        return [_entry(r, records.get(_TABLE_OF.get(r[1], r[1]), {}).get(r[2])) for r in rows]
 
     async def settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
-        """Record the outcome of every (outbox_id, outcome) of one batch in one transaction."""
-        delivered = [(now, oid) for oid, oc in results if oc.verdict is Verdict.DELIVERED]
+        """Record the outcome of every (outbox_id, outcome) of one batch in one transaction.
+        The delivered rows (most of a batch) are one statement over the list of their ids."""
+        delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
         refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
         retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
         store = self.store
         async with store.lock, store.transaction():
             if delivered:
-                await store.db.executemany(
+                await store.db.execute(
                     "UPDATE outbox SET state = 'delivered', sent_at = ?"
-                    " WHERE outbox_id = ? AND state = 'pending'",
-                    delivered,
+                    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
+                    (now, _ids(delivered)),
                 )
             if refused:
                 await store.db.executemany(
@@ -215,21 +228,31 @@ def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:
     return where, params
 
 
+def _ids(ids: Sequence[int]) -> str:
+    """Outbox ids as a JSON array, for `json_each` (one statement for a whole batch)."""
+    return "[" + ",".join(map(str, ids)) + "]"
+
+
 def _err(oc: SendOutcome) -> str:
     return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
 
 
-def _entry(r: Any) -> Entry:
+def _entry(r: Any, rec_row: Any) -> Entry:
+    """An outbox row (id, kind, ref_id, attempts, created_at) with its record's row (None: gone)."""
     kind = r[1]
     rec: Record | None = None
-    if kind == "transition" and r[5] is not None:
-        rec = Transition(r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[36])
-    elif kind == "boot_observed" and r[12] is not None:
-        rec = BootObserved(r[12], r[13], r[14], r[15], r[16], r[17], bool(r[18]), r[19])
-    elif kind in ("gap", "anomaly") and r[20] is not None:
-        rec = ChannelAnomaly(r[20], r[21], r[22], r[23], r[24], r[25], r[26], r[27])
-    elif kind == "identity_incomplete" and r[28] is not None:
-        raw = r[35]
+    if rec_row is None:
+        pass
+    elif kind == "transition":
+        rec = Transition(*rec_row)
+    elif kind == "boot_observed":
+        x = rec_row
+        rec = BootObserved(x[0], x[1], x[2], x[3], x[4], x[5], bool(x[6]), x[7])
+    elif kind in ("gap", "anomaly"):
+        rec = ChannelAnomaly(*rec_row)
+    elif kind == "identity_incomplete":
+        x = rec_row
+        raw = x[7]
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
-        rec = IdentityIncomplete(r[28], r[29], r[30], r[31], r[32], r[33], r[34], text, r[37] or "counter")
+        rec = IdentityIncomplete(x[0], x[1], x[2], x[3], x[4], x[5], x[6], text, x[8] or "counter")
     return Entry(outbox_id=r[0], kind=kind, ref_id=r[2], attempt=int(r[3]) + 1, created_at=r[4], record=rec)

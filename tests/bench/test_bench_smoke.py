@@ -52,41 +52,78 @@ def assert_compared(agent_rate: Any, baseline_rate: Any, ratio: Any, share: floa
     assert ratio == pytest.approx(agent_rate * share / baseline_rate, rel=0.02, abs=1e-3)
 
 
-def test_ingest_quick_compares_the_decision_path_with_raw_executemany() -> None:
-    got = run_bench("ingest.py", "--quick")
-    assert got["bench"] == "ingest"
+def test_ingest_quick_compares_the_decision_path_with_raw_executemany_alternated() -> None:
+    got = run_bench("ingest.py", "--quick", "--rounds", "2")
+    assert got["bench"] == "ingest" and got["rounds"] == 2
+    assert len(got["decision_rounds"]) == len(got["raw_rounds"]) == 2
     assert_compared(
-        got["empty_dup0_batch1000"], got["raw_executemany_batch1000"], got["decision_vs_raw_batch1000"]
+        got["decision_batch1000_per_s"], got["raw_executemany_batch1000"], got["decision_vs_raw_batch1000"]
     )
+    assert got["rss_peak_mb"] > 0
 
 
-def test_import_file_of_a_few_lines_compares_with_a_bare_parse_and_insert() -> None:
-    got = run_bench("import_file.py", "--lines", "200")
+def test_import_file_of_a_few_lines_compares_with_a_minimal_importer() -> None:
+    got = run_bench("import_file.py", "--lines", "200", "--rounds", "2")
     assert got["bench"] == "import_file"
-    assert got["lines"] == 200
+    assert got["lines"] == 200 and got["rounds"] == 2
+    assert len(got["agent_rounds"]) == len(got["baseline_rounds"]) == 2
     assert_compared(
-        got["import_lines_per_s"], got["baseline_parse_insert_lines_per_s"], got["ratio_vs_baseline"]
+        got["import_lines_per_s"], got["baseline_minimal_importer_lines_per_s"], got["ratio_vs_baseline"]
     )
     assert got["peak_rss_kib_lines"] > 0 and got["peak_rss_kib_3x_lines"] > 0
 
 
+def test_minimal_importer_of_the_import_bench_decides_like_the_agent(tmp_path: Path) -> None:
+    # The baseline must do a correct importer's work: the same decisions, line by line.
+    sys.path.insert(0, str(ROOT))
+    from bench.import_file import write_file
+
+    file = tmp_path / "in.jsonl"
+    write_file(file, 300)
+    decisions = []
+    for cmd in (
+        [sys.executable, "-m", "agent", "--db", str(tmp_path / "a.db"), "import", str(file), "--json"],
+        [
+            sys.executable,
+            str(ROOT / "bench" / "import_file.py"),
+            "--minimal",
+            str(tmp_path / "b.db"),
+            str(file),
+        ],
+    ):
+        out = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=True
+        )
+        decisions.append([(r["line"], r["decision"]) for r in map(json.loads, out.stdout.splitlines())])
+    assert decisions[0] == decisions[1]
+    assert {d for _, d in decisions[0]} == {"inserted", "duplicate"}
+
+
 def test_poll_of_two_modbus_and_one_opcua_controller_compares_with_a_bare_read_loop() -> None:
-    got = run_bench("poll.py", "--n", "2", "--m", "1", "--seconds", "1")
-    assert got["bench"] == "poll"
-    [run] = got["runs"]
-    assert (run["n_modbus"], run["m_opcua"]) == (2, 1)
-    assert run["asked_polls_per_s"] == 3 * run["poll_hz"]
-    # The ratio compares the Modbus share of the agent's polls with the Modbus-only baseline.
-    assert_compared(run["agent_polls_per_s"], run["baseline_polls_per_s"], run["ratio"], share=2 / 3)
-    assert run["agent_cpu_share"] > 0
+    got = run_bench("poll.py", "--n", "2", "--m", "1", "--seconds", "1", "--rounds", "1", "--warm-up", "0.5")
+    assert got["bench"] == "poll" and got["rounds"] == 1
+    fleet = got["fleet"]
+    assert (fleet["n_modbus"], fleet["m_opcua"]) == (2, 1)
+    assert fleet["asked_polls_per_s"] == 3 * got["hz"]
+    # The ratio compares the Modbus polls of the agent with the Modbus-only bare loop.
+    assert_compared(fleet["agent_modbus_polls_per_s"], fleet["bare_polls_per_s"], fleet["ratio"])
+    assert_compared(
+        fleet["agent_cpu_ms_per_1000_polls"], fleet["bare_cpu_ms_per_1000_polls"], fleet["cpu_per_poll_ratio"]
+    )
+    assert 0 <= fleet["agent_missed_pct"] <= 100 and 0 <= fleet["bare_missed_pct"] <= 100
+    one = got["one_connection"]
+    assert_compared(one["agent_polls_per_s"], one["bare_polls_per_s"], one["ratio"])
 
 
 def test_replay_http_drain_compares_with_a_bare_post_loop() -> None:
-    got = run_bench("replay.py", "--events", "200", "--sinks", "http")
-    assert got["bench"] == "replay" and got["events"] == 200
-    assert "mqtt" not in got and "mqtt_ratio_ge_0.8" not in got["targets"]
+    got = run_bench("replay.py", "--events", "200", "--sinks", "http", "--rounds", "2")
+    assert got["bench"] == "replay" and got["events"] == 200 and got["rounds"] == 2
+    assert "mqtt" not in got
     http = got["http"]
-    assert_compared(http["events_per_s"], http["bare_aiohttp_per_s"], http["ratio_vs_bare"])
+    assert (http["read_size"], http["batch_size"]) == (4000, 500)  # the defaults a user gets
+    assert len(http["agent_rounds_per_s"]) == len(http["bare_rounds_per_s"]) == 2
+    assert_compared(http["events_per_s"], http["bare_least_outbox_per_s"], http["ratio_vs_bare"])
+    assert http["bare_post_only_per_s"] > 0
 
 
 @pytest.mark.broker
@@ -95,11 +132,13 @@ def test_replay_http_drain_compares_with_a_bare_post_loop() -> None:
     reason="no MQTT broker listens on 127.0.0.1:1883 (install mosquitto): the MQTT drain of replay.py is not smoked",
 )
 def test_replay_mqtt_drain_compares_with_a_bare_publish_loop() -> None:
-    got = run_bench("replay.py", "--events", "200", "--sinks", "mqtt")
+    got = run_bench("replay.py", "--events", "200", "--sinks", "mqtt", "--rounds", "2")
     assert got["bench"] == "replay" and got["events"] == 200
     assert "http" not in got
     mqtt = got["mqtt"]
+    assert (mqtt["read_size"], mqtt["batch_size"], mqtt["max_inflight"]) == (500, 1, 100)
     assert_compared(mqtt["events_per_s"], mqtt["bare_aiomqtt_per_s"], mqtt["ratio_vs_bare"])
+    assert mqtt["minutes_for_10m_events"] > 0
 
 
 def test_retention_of_a_few_events_compares_pruning_with_no_pruning() -> None:

@@ -7,8 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+from agent.sinks import encode as encode_module
 from agent.sinks.encode import EncodeError, Event, batch_body, encode, render_topic
 
 SITE = "plant-1"
@@ -273,3 +276,28 @@ def test_the_same_arrival_id_in_two_stores_is_two_ids_upstream() -> None:
 def test_an_identity_incomplete_record_without_a_store_id_is_not_given_one() -> None:
     with pytest.raises(EncodeError, match="no store id"):
         encode(_incomplete(1), site=SITE, gateway=GW, replayed=False, store_id="")
+
+
+@given(
+    ident=st.text(),
+    source=st.text(),
+    kind=st.text(),
+    time=st.none() | st.text(),
+    ext=st.dictionaries(st.sampled_from(["bootid", "transitionid", "arrivalat"]), st.none() | st.text()),
+    gateway=st.text(),
+    attempt=st.integers(min_value=1, max_value=10**6),
+    replayed=st.booleans(),
+)
+def test_the_direct_body_is_exactly_what_the_json_encoder_writes(
+    ident: str,
+    source: str,
+    kind: str,
+    time: str | None,
+    ext: dict[str, str | None],
+    gateway: str,
+    attempt: int,
+    replayed: bool,
+) -> None:
+    parts = encode_module._Parts(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')
+    direct = encode_module._body(parts, gateway, attempt, replayed)
+    assert direct == encode_module._body_general(parts, gateway, attempt, replayed)

@@ -13,6 +13,7 @@ from agent.core.contract import Anomaly, Delivery
 from agent.core.decide import BootSighting
 from agent.core.errors import StoreError, StoreFull
 from agent.core.intake import parse_delivery
+from agent.core.records import BootObserved, ChannelAnomaly, IdentityIncomplete, Transition
 from agent.store import report
 from agent.store.schema import MIGRATIONS
 from agent.store.store import Store
@@ -171,3 +172,41 @@ async def test_a_file_that_is_not_a_store_is_refused_clearly(tmp_path: Path) -> 
     path.write_bytes(b"this is a text file, not SQLite" * 100)
     with pytest.raises(StoreError, match="damaged or is not"):
         await Store.open(path)
+
+
+async def test_claim_after_an_id_takes_the_next_pending_rows_and_counts_their_attempt(tmp_path: Path) -> None:
+    # A forwarder claims the next rows while the rows it claimed before are still in flight
+    # (and so still pending): `after` must skip them, and every claim still counts an attempt.
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record([d(str(n), "B17") for n in range(6)])  # 6 transitions + 1 boot_observed
+    first = await store.outbox.claim("central", 3)
+    second = await store.outbox.claim("central", 3, after=first[-1].outbox_id)
+    third = await store.outbox.claim("central", 3, after=second[-1].outbox_id)
+    again = await store.outbox.claim("central", 2)  # from the head: the first rows, next attempt
+    await store.close()
+    ids = [e.outbox_id for e in first + second + third]
+    assert ids == sorted(ids) and len(set(ids)) == 7
+    assert [e.attempt for e in first + second + third] == [1] * 7
+    assert [(e.outbox_id, e.attempt) for e in again] == [(e.outbox_id, 2) for e in first[:2]]
+
+
+async def test_claim_returns_every_kind_with_its_record(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record(
+        [d("1", "B17"), d("2", None)],
+        anomalies=[Anomaly("PUMP-07/Trip", "B17", "gap", "2", "3", "2026-04-22T08:00:00.000Z")],
+    )
+    entries = await store.outbox.claim("central", 10)
+    await store.close()
+    got = {e.kind: e.record for e in entries}
+    assert sorted(got) == ["boot_observed", "gap", "identity_incomplete", "transition"]
+    assert isinstance(got["transition"], Transition) and got["transition"].transition_id == "1"
+    assert isinstance(got["boot_observed"], BootObserved) and got["boot_observed"].boot_id == "B17"
+    assert isinstance(got["gap"], ChannelAnomaly) and (got["gap"].from_value, got["gap"].to_value) == (
+        "2",
+        "3",
+    )
+    assert isinstance(got["identity_incomplete"], IdentityIncomplete)
+    assert json.loads(got["identity_incomplete"].raw)["transitionId"] == "2"

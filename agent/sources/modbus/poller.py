@@ -35,7 +35,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
 from agent.core.tracker import DeviceTracker, Resume
-from agent.sources.base import StateLog
+from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.modbus.answers import (
     BadResponse,
     ExceptionResponse,
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; we log what we catch
 
 SPLIT_FOR_S = 30.0
+MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
 TORN_RETRIES = 3
 
 
@@ -92,6 +93,9 @@ class ModbusSource:
         self.split_until = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver} unit {conn.unit})')
         self.polls = 0
+        self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
+        self._stop_waiter: asyncio.Future[Any] | None = None
+        self._stop_of: asyncio.Event | None = None
 
     def _ring_blocks(self, max_gap: int) -> tuple[Block, ...]:
         ring = self.dev.ring
@@ -137,6 +141,7 @@ class ModbusSource:
         self.tracker.reconnected()
 
     async def close(self) -> None:
+        self._drop_stop_waiter()
         client, self.client = self.client, None
         if client is not None:
             try:
@@ -145,13 +150,24 @@ class ModbusSource:
                 log.debug("closing %s: %s", self.receiver, exc)
 
     async def wait(self, stop: asyncio.Event) -> None:
-        """Sleep to the next multiple of the poll interval (no drift, no burst after a slow read)."""
-        period = self.dev.poll
-        delay = period - (time.monotonic() % period)
-        try:
-            await asyncio.wait_for(stop.wait(), delay)
-        except TimeoutError:
+        """Sleep to this connection's next tick (its phase over the poll interval), or until stop.
+
+        One waiter for `stop` lives as long as the connection; each wait adds only a timer (no
+        task per poll)."""
+        if self._stop_waiter is None or self._stop_of is not stop:
+            self._drop_stop_waiter()
+            self._stop_of = stop
+            self._stop_waiter = asyncio.ensure_future(stop.wait())
+        delay = due_in_s(self.dev.poll, self.phase, time.monotonic())
+        if delay < MIN_SLEEP_S:
+            await asyncio.sleep(0)  # a timer this short would still sleep a whole millisecond
             return
+        await asyncio.wait((self._stop_waiter,), timeout=delay)
+
+    def _drop_stop_waiter(self) -> None:
+        waiter, self._stop_waiter, self._stop_of = self._stop_waiter, None, None
+        if waiter is not None and not waiter.done():
+            waiter.cancel()
 
     async def poll(self) -> Observations:
         self.polls += 1

@@ -36,7 +36,7 @@ from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, Snapshot
 from agent.core.tracker import DeviceTracker, Resume
-from agent.sources.base import StateLog
+from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.opcua.alarms import AlarmLink, ua
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
@@ -88,6 +88,7 @@ class OpcUaSource:
         self.alarm_link: AlarmLink | None = None
         self.alarm_memory = alarm_memory  # read once, before the first connect
         self.alarm_pending = Observations()
+        self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
         if conn.security.insecure:  # built once at start-up: the warning is said once per start
             log.warning(
                 'Device "%s" (%s): OPC UA security policy None (configured explicitly): the traffic is '
@@ -209,7 +210,7 @@ class OpcUaSource:
     def _next_due(self) -> float:
         """Seconds to the next read: the poll grid, or the reconcile timer with subscriptions."""
         if not self.conn.subscribe:
-            return self.dev.poll - (time.monotonic() % self.dev.poll)
+            return due_in_s(self.dev.poll, self.phase, time.monotonic())
         return max(0.0, self.next_reconcile - time.monotonic())
 
     async def poll(self) -> Observations:

@@ -1,0 +1,44 @@
+"""Our canonical JSON against an independent RFC 8785 implementation (the `rfc8785` package).
+
+Inside the range where the two agree by design (integers below 2**53 in magnitude; our one
+deviation writes larger integers exactly, see `agent.core.jcs`), every JSON value must come
+out byte for byte the same, through the fast path for flat objects and the general writer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.core.jcs import canonical_json, canonical_json_general
+
+SAFE = 2**53 - 1
+text = st.text(st.characters(exclude_categories=("Cs",)))  # lone surrogates are refused by both
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-SAFE, max_value=SAFE)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | text
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300)
+@given(json_values)
+def test_canonical_json_is_rfc8785(value: Any) -> None:
+    expected = rfc8785.dumps(value).decode("utf-8")
+    assert canonical_json(value) == expected
+    assert canonical_json_general(value) == expected
+
+
+@given(st.dictionaries(text, scalars, max_size=8))
+def test_flat_payloads_are_rfc8785(d: dict[str, Any]) -> None:
+    assert canonical_json(d) == rfc8785.dumps(d).decode("utf-8")
