@@ -9,8 +9,10 @@ It only repeats the campaigns of `tests/faults/harness.py`; it must not define c
 
 The same campaigns as `tests/faults/` (`tests/faults/harness.py`, ending with the one checker
 in `tests/faults/checker.py`), with more repetitions. Figures: kills, acknowledged (distinct
-events seen committed in the store between kills), lost (acknowledged or made by the
-simulated controllers and missing at the end), duplicates (keys with two canonicals),
+events seen committed in the store between kills), lost (acknowledged, or made by the
+simulated controllers and neither stored nor inside a gap or overrun record of their source
+and boot, at the end), inside_gaps (made, never stored, inside such a record: a controller's
+ring overran while the agent was down), duplicates (keys with two canonicals),
 integrity failures (`PRAGMA integrity_check` after each kill and at the end), canonical
 without outbox rows, upstream distinct / missing / invented, and for the stops the worst time
 to exit. The resume campaign (`--resume-kills`) kills the agent while the controllers change

@@ -4,7 +4,10 @@ Every fault test (and `bench/faults.py`, the long form) ends with `check(...)`:
 
 * lost: keys that were once seen committed in the store (the source-side acknowledgement:
   `Tracker.snapshot` reads them after every kill or fault) or that the simulated controllers
-  made, and are not in the store now;
+  made, and are not in the store now. With `gaps_accounted=True` (campaigns where a controller's
+  ring may overrun while the agent is down) a made key that was never committed and lies inside
+  a gap or overrun record of its source and boot is accounted, not lost (`Verdict.inside_gaps`);
+  a committed key that disappears is lost whatever the records say;
 * duplicates: keys with more than one canonical event (the unique index forbids it);
 * without outbox: canonical events lacking an outbox row for a configured upstream;
 * undelivered: outbox rows not marked delivered after the drain;
@@ -111,6 +114,7 @@ class Verdict:
     upstream_invented: list[tuple[str, str]]
     integrity: list[str]
     tracebacks: int
+    inside_gaps: int = 0  # made, never committed, inside a gap or overrun record (gaps_accounted)
 
     def problems(self) -> list[str]:
         out = []
@@ -142,6 +146,7 @@ class Verdict:
             "acknowledged": self.acknowledged,
             "made": self.made,
             "lost": len(self.lost),
+            "inside_gaps": self.inside_gaps,
             "duplicates": len(self.duplicates),
             "canonical_without_outbox": self.without_outbox,
             "undelivered": self.undelivered,
@@ -161,13 +166,20 @@ def check(
     tracker: Tracker | None = None,
     made: Iterable[Key] = (),
     log: Path | None = None,
+    gaps_accounted: bool = False,
 ) -> Verdict:
     """Compare the store with the upstream after the drain. `upstream_events`: CloudEvents dicts
-    as received (None: no upstream in this test, skip the upstream comparison)."""
+    as received (None: no upstream in this test, skip the upstream comparison). `gaps_accounted`:
+    a made key inside a gap or overrun record of its source and boot is not lost (see above)."""
     keys = committed_keys(db)
     made_set = set(made)
     acknowledged = tracker.acknowledged if tracker is not None else set()
-    lost = sorted((acknowledged | made_set) - set(keys))
+    missing_made = made_set - set(keys)
+    inside: set[Key] = set()
+    if gaps_accounted:
+        gaps = gap_ranges(db)
+        inside = {k for k in missing_made - acknowledged if in_gap(k, gaps)}
+    lost = sorted((acknowledged - set(keys)) | (missing_made - inside))
     con = connect_ro(db)
     try:
         ups = [r[0] for r in con.execute("SELECT name FROM upstreams").fetchall()]
@@ -205,6 +217,7 @@ def check(
         upstream_invented=sorted(seen - committed_ids),
         integrity=failures,
         tracebacks=log.read_text(errors="replace").count("Traceback") if log and log.exists() else 0,
+        inside_gaps=len(inside),
     )
 
 
@@ -227,22 +240,38 @@ class Accounting:
         }
 
 
-def account(db: Path, made: Iterable[Key]) -> Accounting:
-    """Sort the made keys into canonical / inside a gap or overrun record / lost silently."""
-    keys = set(committed_keys(db))
+Gaps = dict[tuple[str, str], list[tuple[int, int]]]  # (source, boot) -> inclusive ranges
+
+
+def gap_ranges(db: Path) -> Gaps:
+    """The transitionId ranges of the store's gap and overrun records, per source and boot."""
+    if not db.exists():
+        return {}
     con = connect_ro(db)
     try:
         ranges = con.execute(
             "SELECT source, boot_id, from_value, to_value FROM anomalies WHERE kind IN ('gap', 'overrun')"
         ).fetchall()
+    except sqlite3.OperationalError:  # not created yet (killed before the first migration)
+        return {}
     finally:
         con.close()
-    gaps: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    gaps: Gaps = {}
     for source, boot, lo, hi in ranges:
         gaps.setdefault((source, boot), []).append((int(lo), int(hi)))
+    return gaps
+
+
+def in_gap(key: Key, gaps: Gaps) -> bool:
+    """Whether a key lies inside a gap or overrun record of its own source and boot."""
+    return any(lo <= int(key[1]) <= hi for lo, hi in gaps.get((key[0], key[2]), []))
+
+
+def account(db: Path, made: Iterable[Key]) -> Accounting:
+    """Sort the made keys into canonical / inside a gap or overrun record / lost silently."""
+    keys = set(committed_keys(db))
+    gaps = gap_ranges(db)
     made_set = set(made)
     canonical = {k for k in made_set if k in keys}
-    inside = {
-        k for k in made_set - canonical if any(lo <= int(k[1]) <= hi for lo, hi in gaps.get((k[0], k[2]), []))
-    }
+    inside = {k for k in made_set - canonical if in_gap(k, gaps)}
     return Accounting(len(made_set), len(canonical), len(inside), sorted(made_set - canonical - inside))

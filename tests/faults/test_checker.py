@@ -7,7 +7,9 @@ import sqlite3
 from pathlib import Path
 from types import ModuleType
 
-from agent.core.contract import Delivery
+import pytest
+
+from agent.core.contract import Anomaly, Delivery
 from agent.core.intake import parse_delivery
 from agent.store.store import Store
 
@@ -69,3 +71,48 @@ async def test_a_sound_store_passes_and_each_broken_property_is_reported(
     data[(page - 1) * size + 3] ^= 0x01  # the index page's cell count
     db.write_bytes(bytes(data))
     assert checker.integrity(db) != "ok"
+
+
+GAP_CASES = [
+    # (made key beyond the store's 1..5, acknowledged before?, gaps_accounted, lost?)
+    (("PLC-00/Trip", "7", "17"), False, True, False),  # inside the overrun record 6..8 of its boot
+    (("PLC-00/Trip", "6", "17"), False, True, False),  # the record's first value
+    (("PLC-00/Trip", "8", "17"), False, True, False),  # the record's last value
+    (("PLC-00/Trip", "9", "17"), False, True, True),  # outside every record
+    (("PLC-00/Trip", "7", "18"), False, True, True),  # same transitionId, other boot
+    (("PLC-00/OverTemp", "7", "17"), False, True, True),  # same boot, other source
+    (("PLC-00/Trip", "7", "17"), True, True, True),  # was committed once: a record never excuses it
+    (("PLC-00/Trip", "7", "17"), False, False, True),  # records not accepted in this check
+]
+
+
+@pytest.mark.parametrize(("key", "acknowledged", "gaps_accounted", "lost"), GAP_CASES)
+async def test_a_made_key_inside_an_overrun_record_is_accounted_only_if_never_committed(
+    checker: ModuleType,
+    tmp_path: Path,
+    key: tuple[str, str, str],
+    acknowledged: bool,
+    gaps_accounted: bool,
+    lost: bool,
+) -> None:
+    db = tmp_path / "s.db"
+    await make_store(db)
+    store = await Store.open(db)
+    at = "2026-04-22T08:00:01.000Z"
+    await store.record([], anomalies=[Anomaly("PLC-00/Trip", "17", "overrun", "6", "8", at, {})], now=at)
+    await store.db.execute("UPDATE outbox SET state = 'delivered'")  # the record went upstream too
+    await store.close()
+    keys = sorted(checker.committed_keys(db))
+    tracker = checker.Tracker(db)
+    tracker.snapshot()
+    if acknowledged:
+        tracker.acknowledged.add(key)
+    v = checker.check(
+        db, site="plant-1", upstream_events=upstream(checker, keys), tracker=tracker,
+        made=[*keys, key], gaps_accounted=gaps_accounted,
+    )  # fmt: skip
+    assert v.lost == ([key] if lost else []), v.problems()
+    assert v.inside_gaps == (0 if lost else 1)
+    assert v.ok is not lost
+    inside_record = key[0] == "PLC-00/Trip" and key[2] == "17" and 6 <= int(key[1]) <= 8
+    assert checker.in_gap(key, checker.gap_ranges(db)) is inside_record

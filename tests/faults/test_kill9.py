@@ -1,7 +1,10 @@
 """kill -9 of the agent at random points during polling, recording and forwarding (short form).
 
 The long form is `python bench/faults.py --kills 200`; both run `harness.kill_campaign`, which
-ends with the one checker. Seeded: a failure names its seed and can be replayed.
+ends with the one checker. Seeded: a failure names its seed and can be replayed. A start that
+takes longer than a controller's ring lasts (a busy machine) overruns it: the transitions the
+ring dropped must lie inside an overrun record of their source and boot; a key once committed
+must never disappear.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import pytest
 KILLS_IN_CI = 30  # the long form (>= 200) is `python bench/faults.py --kills 200`
 SEED = 7
 
-pytestmark = pytest.mark.timeout(150)
+# A backstop, not a speed check: 30 rounds take about 45 s on an idle 2-core machine and up to
+# about 160 s (150 s was once exceeded) when it is busy and each start takes seconds.
+pytestmark = pytest.mark.timeout(360)
 
 
 async def test_random_kill9_loses_no_committed_event_and_the_upstream_gets_exactly_the_store(
@@ -25,6 +30,7 @@ async def test_random_kill9_loses_no_committed_event_and_the_upstream_gets_exact
     text = json.dumps(figures)
     assert figures["problems"] == [], text
     assert figures["acknowledged"] > 0 and figures["made"] > 0, text  # the campaign did something
-    assert figures["lost"] == 0 and figures["duplicates"] == 0, text
+    assert figures["lost"] == 0 and figures["duplicates"] == 0, text  # made keys inside an overrun
+    # record of their source and boot (a slow start outlasted a ring) are counted in "inside_gaps"
     assert figures["integrity_failures"] == 0 and figures["canonical_without_outbox"] == 0, text
     assert figures["upstream_distinct"] == figures["committed"], text
