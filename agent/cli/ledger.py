@@ -224,14 +224,14 @@ def notifications_group(ctx: click.Context, as_json: bool) -> None:
             await conn.close()
 
     rows = run_ledger(go)
-    for row in rows:
-        if as_json:
+    if as_json:
+        for row in rows:
             click.echo(json.dumps(row))
-        else:
-            click.echo(
-                f"{row['notification_id']}\t{row['state']}\t{row['kind']}\tcanonical {row['canonical_id']}"
-                f"\tattempts {row['attempts']}/{row['max_attempts']}\t{row['last_error'] or ''}"
-            )
+    else:
+        from agent.cli.ledger_tables import notification_lines
+
+        for line in notification_lines(rows):
+            click.echo(line)
 
 
 @notifications_group.command("retry")
@@ -267,8 +267,9 @@ async def _json_list(w: Callable[[str], Any], name: str, rows: AsyncIterator[dic
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ..."
 )
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows per table for people (0: all).")
 @click.pass_obj
-def report_cmd(obj: LedgerContext, as_json: bool) -> None:
+def report_cmd(obj: LedgerContext, as_json: bool, limit: int) -> None:
     """Canonical events, arrivals with their evidence, boots, gaps, anomalies, pending, conflicts."""
     from agent.ledger import report
 
@@ -280,7 +281,7 @@ def report_cmd(obj: LedgerContext, as_json: bool) -> None:
                 if as_json:
                     await _write_json(conn, summary)
                 else:
-                    await _write_tables(conn, summary)
+                    await _write_tables(conn, summary, limit or None)
         finally:
             await conn.close()
 
@@ -303,26 +304,41 @@ async def _write_json(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: d
     w("}\n")
 
 
-async def _write_tables(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int]) -> None:
-    from agent.ledger import report
+async def _take(rows: AsyncIterator[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    async for row in rows:
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(row)
+    return out
 
-    click.echo("  ".join(f"{k} {v}" for k, v in summary.items()))
-    click.echo("")
-    head = ("id", "status", "source", "transitionId", "bootId", "sourceTimestamp", "first_arrival", "dups")
-    click.echo("\t".join(head))
-    async for ev in report.events(conn):
-        click.echo(
-            "\t".join(
-                str(x)
-                for x in (
-                    ev["canonical_id"],
-                    ev["status"],
-                    ev["source"],
-                    ev["transitionId"],
-                    ev["bootId"],
-                    ev["sourceTimestamp"] or "-",
-                    ev["first_arrival"],
-                    ev["duplicate_count"],
-                )
-            )
-        )
+
+async def _write_tables(
+    conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int], limit: int | None
+) -> None:
+    from agent.cli import ledger_tables as lt
+    from agent.cli import render
+    from agent.ledger import notifications, report
+
+    notes = await notifications.listing(conn)
+    out = lt.summary_lines(summary, notes)
+    evs = await _take(report.events(conn), limit)
+    out += ["", "canonical events (by id):"]
+    out += render.table(render.headers_of(lt.EVENT_COLUMNS), lt.cells(evs, lt.EVENT_COLUMNS))
+    if limit is not None and summary["source_events"] > len(evs):
+        out.append(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
+    out += lt.conflict_lines(await _take(report.conflicts(conn), limit))
+    out += lt.section("boots observed:", await _take(report.boots(conn), limit), render.BOOT_COLUMNS)
+    out += lt.section("gaps:", await _take(report.anomalies(conn, gaps=True), limit), render.ANOMALY_COLUMNS)
+    out += lt.section(
+        "anomalies:", await _take(report.anomalies(conn, gaps=False), limit), render.ANOMALY_COLUMNS
+    )
+    out += lt.section(
+        "pending (identity-incomplete arrivals waiting for a person):",
+        await _take(report.pending(conn), limit),
+        lt.PENDING_COLUMNS,
+    )
+    if notes:
+        out += ["", "notifications:", *lt.notification_lines(notes[: limit or None])]
+    for line in out:
+        click.echo(line)

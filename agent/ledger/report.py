@@ -84,10 +84,11 @@ async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
     """Canonical transition events, by id."""
     sql: LiteralString = (
         "SELECT c.id, c.source, c.transition_id, c.boot_id, c.source_ts, a.k > 0, c.payload, c.payload_hash,"
-        " a.n - 1, a.k, a.f, a.l, c.first_gateway"
+        " a.n - 1, a.k, a.f, a.l, c.first_gateway, a.g"
         " FROM canonical_event c CROSS JOIN LATERAL (SELECT count(*) AS n,"
         " count(*) FILTER (WHERE decision = 'conflict') AS k, min(gateway_arrival_at) AS f,"
-        " max(gateway_arrival_at) AS l FROM arrival WHERE canonical_id = c.id) a"
+        " max(gateway_arrival_at) AS l, array_agg(DISTINCT gateway ORDER BY gateway) AS g"
+        " FROM arrival WHERE canonical_id = c.id) a"
         " ORDER BY c.id"
     )
     async for r in _rows(conn, sql, "report_events"):
@@ -105,6 +106,8 @@ async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
             "first_arrival": ts(r[10]),
             "last_arrival": ts(r[11]),
             "first_gateway": r[12],
+            "arrivals": r[8] + 1,
+            "gateways": list(r[13]),
         }
 
 
@@ -161,7 +164,8 @@ async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
     """Open conflicts with both originals: the canonical's content and the arrival's."""
     sql: LiteralString = (
         "SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id, c.boot_id, c.payload,"
-        " c.payload_hash, c.source_ts, x.payload, x.payload_hash, x.source_ts, a.gateway"
+        " c.payload_hash, c.source_ts, x.payload, x.payload_hash, x.source_ts, a.gateway, c.first_gateway,"
+        " a.gateway_arrival_at, c.inserted_arrival_at"
         " FROM conflict x JOIN canonical_event c ON c.id = x.canonical_id"
         " JOIN arrival a ON a.id = x.arrival_id"
         " WHERE x.state = 'open' ORDER BY x.arrival_id"
@@ -173,8 +177,20 @@ async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
             "source": r[2],
             "transitionId": r[3],
             "bootId": r[4],
-            "canonical": {"payload": json.loads(r[5]), "payload_hash": r[6], "sourceTimestamp": ts(r[7])},
-            "conflicting": {"payload": json.loads(r[8]), "payload_hash": r[9], "sourceTimestamp": ts(r[10])},
+            "canonical": {
+                "payload": json.loads(r[5]),
+                "payload_hash": r[6],
+                "sourceTimestamp": ts(r[7]),
+                "gateway": r[12],
+                "arrivalAt": ts(r[14]),
+            },
+            "conflicting": {
+                "payload": json.loads(r[8]),
+                "payload_hash": r[9],
+                "sourceTimestamp": ts(r[10]),
+                "gateway": r[11],
+                "arrivalAt": ts(r[13]),
+            },
             "gateway": r[11],
         }
 
