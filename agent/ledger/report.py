@@ -229,3 +229,19 @@ async def anomalies(conn: Conn, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
             "detected_at": ts(r[5]),
             "evidence": json.loads(r[6]),
         }
+
+
+async def site_tally(conn: Conn, site: str) -> dict[str, int]:
+    """For one site's events: canonical events, arrivals, events with arrivals from 2+ gateways, boots."""
+    cur = await conn.execute(
+        "SELECT count(*), coalesce(sum(n), 0), count(*) FILTER (WHERE g >= 2) FROM (SELECT c.id,"
+        " count(a.id) AS n, count(DISTINCT a.gateway) AS g FROM canonical_event c"
+        " JOIN arrival a ON a.canonical_id = c.id WHERE starts_with(c.source, %s) GROUP BY c.id) x",
+        (site + "/",),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    cur = await conn.execute("SELECT count(*) FROM boot WHERE starts_with(device, %s)", (site + "/",))
+    boots = await cur.fetchone()
+    assert boots is not None
+    return {"events": int(row[0]), "arrivals": int(row[1]), "from_both": int(row[2]), "boots": int(boots[0])}
