@@ -5,6 +5,7 @@ stops them (SIGTERM) and prints the ledger's report and its own check of the dem
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -48,8 +49,31 @@ def gateway_config(name: str, site: str, work: Path, host: str, port: int, modbu
 def ledger_config(site: str, host: str, port: int, client_id: str) -> str:
     return (
         f"mqtt: {{host: '{host}', port: {port}, topic: '{site}/events/#', group: {client_id},"
-        f" client_id: {client_id}}}\n"
+        f" client_id: {client_id}, session_expiry_s: 3600}}\n"
     )
+
+
+def forget_session(host: str, port: int, client_id: str) -> None:
+    """End the demo ledger's persistent session at the broker (a clean start with no expiry), so
+    the broker keeps nothing queued for a client that never comes back."""
+    import asyncio
+
+    import aiomqtt
+
+    async def go() -> None:
+        async with aiomqtt.Client(
+            host,
+            port,
+            identifier=client_id,
+            protocol=aiomqtt.ProtocolVersion.V5,
+            clean_start=True,
+            timeout=10,
+        ):
+            pass
+
+    # A broker that is gone keeps nothing of ours we could reach.
+    with contextlib.suppress(aiomqtt.MqttError, OSError):
+        asyncio.run(go())
 
 
 def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path) -> None:
@@ -95,7 +119,8 @@ def run(
 
     try:
         cfg = work / "ledger.yaml"
-        cfg.write_text(ledger_config(site, mqtt_host, mqtt_port, f"ledger-{site}"))
+        client_id = f"ledger-{site}"
+        cfg.write_text(ledger_config(site, mqtt_host, mqtt_port, client_id))
         ledger_log = work / "ledger.log"
         start(["ledger", "run", "-c", str(cfg)], ledger_log, stdout=subprocess.DEVNULL)
         _wait(
@@ -136,6 +161,8 @@ def run(
         _stop(procs[:1])
     finally:
         _stop(procs)
+        if procs:
+            forget_session(mqtt_host, mqtt_port, client_id)
     if procs[0].returncode != 0:
         raise DemoFailed(f"the ledger exited with {procs[0].returncode}; see {work / 'ledger.log'}")
     return work, site
