@@ -92,10 +92,18 @@ def run_ledger(fn: Callable[[], Awaitable[T]]) -> T:
 def ledger_group(ctx: click.Context, dsn: str | None) -> None:
     """The central ledger: many gateways' events in one PostgreSQL, arbitrated by unique keys.
 
+    Takes the gateways' CloudEvents over MQTT and HTTP (`run`) or an offline file (`import`):
+    one canonical event per (source, transitionId, bootId), every arrival kept with its gateway.
+    The connection is --dsn, else EDGE_LEDGER_DSN, else libpq's environment (PGHOST, PGPORT,
+    PGDATABASE, PGUSER, PGPASSFILE). Every command's --help has examples.
+
     \b
-      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" migrate
-      edge-agent ledger import capture.jsonl --json
-      edge-agent ledger report --json
+      export PGHOST=127.0.0.1 PGDATABASE=ledger PGUSER=ledger PGPASSFILE=~/.pgpass
+      edge-agent ledger migrate
+      edge-agent ledger run -c /etc/edge-ledger/ledger.yaml
+      edge-agent ledger report
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" import capture.jsonl --json
+      edge-agent ledger demo                     # two gateways, one PLC, one broker on 1883
     """
     _require_extra()
     ctx.obj = LedgerContext(dsn)
@@ -104,7 +112,17 @@ def ledger_group(ctx: click.Context, dsn: str | None) -> None:
 @ledger_group.command("migrate")
 @click.pass_obj
 def migrate_cmd(obj: LedgerContext) -> None:
-    """Create or upgrade the ledger schema (numbered migrations; a newer schema is refused)."""
+    """Create or upgrade the ledger schema (numbered migrations; a newer schema is refused).
+
+    `run`, `import` and `demo` migrate by themselves; this does only that, e.g. before a rollout.
+
+    \b
+      edge-agent ledger migrate
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" migrate
+
+    Exit 0 migrated (or nothing to do), 69 PostgreSQL unreachable, 74 the schema is newer than
+    this program or a migration failed (that migration is rolled back).
+    """
     from agent.ledger import migrations
 
     async def go() -> list[int]:
@@ -127,7 +145,13 @@ def migrate_cmd(obj: LedgerContext) -> None:
 @ledger_group.command("check")
 @click.pass_obj
 def check_cmd(obj: LedgerContext) -> None:
-    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer)."""
+    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer).
+
+    \b
+      edge-agent ledger check || edge-agent ledger migrate
+
+    Exit 0 up to date, 69 PostgreSQL unreachable, 74 a migration is pending or the schema is newer.
+    """
     from agent.ledger import migrations
 
     async def go() -> None:
@@ -153,7 +177,13 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
     """Ingest FILE (the offline JSON Lines file of the contract) into the ledger.
 
     Each batch is one transaction; with --json its result lines (exactly as `edge-agent import
-    --json`) are printed only after it committed.
+    --json`) are printed only after it committed. Unparseable lines are kept as `rejected`.
+
+    \b
+      edge-agent ledger import capture.jsonl --json
+      edge-agent ledger import line-7.jsonl --gateway line-7
+
+    Exit 0 every line stored, 69 PostgreSQL unreachable, 74 the ledger could not be written.
     """
     from agent.cli.records import ImportTally, _json_results
     from agent.ledger import arbiter
@@ -192,7 +222,19 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 )
 @click.pass_obj
 def run_cmd(obj: LedgerContext, config_path: str) -> None:
-    """Run the intakes until SIGTERM (then drain and exit 0); the group's --dsn wins over the config's."""
+    """Run the intakes until SIGTERM (then drain and exit 0); the group's --dsn wins over the config's.
+
+    MQTT (shared subscription, PUBACK after commit) and/or HTTP (2xx after commit) as the
+    config says, and the notification workers. While PostgreSQL is away it keeps running and
+    acknowledges nothing (HTTP answers 503). The schema is migrated on start.
+
+    \b
+      edge-agent ledger run -c ledger.yaml
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" run -c ledger.yaml
+
+    Exit 0 after SIGTERM, 74 the schema is newer than this program, 78 a configuration error
+    (every problem, each with file:line).
+    """
     import logging
 
     from agent.ledger import config, service
@@ -297,7 +339,17 @@ def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) ->
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per row, one per line.")
 @click.pass_context
 def notifications_group(ctx: click.Context, as_json: bool) -> None:
-    """The notification outbox: every row with its state, attempts and last error."""
+    """The notification outbox: every row with its state, attempts and last error.
+
+    A table for people (each dead row's last error in full), or one JSON object per row.
+
+    \b
+      edge-agent ledger notifications
+      edge-agent ledger notifications --json | jq 'select(.state == "dead")'
+      edge-agent ledger notifications retry --id 42
+
+    Exit 0, 69 PostgreSQL unreachable, 74 the schema is not this program's.
+    """
     if ctx.invoked_subcommand is not None:
         return
     from agent.ledger import notifications
@@ -329,7 +381,16 @@ def notifications_group(ctx: click.Context, as_json: bool) -> None:
 )
 @click.pass_obj
 def retry_cmd(obj: LedgerContext, ids: tuple[int, ...], attempts: int) -> None:
-    """Make dead notifications pending again (an operator's decision; the ledger never does it)."""
+    """Make dead notifications pending again (an operator's decision; the ledger never does it).
+
+    They keep their idempotency key, so a receiver that got one before sees it again as a repeat.
+
+    \b
+      edge-agent ledger notifications retry                 # every dead row, 5 more attempts
+      edge-agent ledger notifications retry --id 42 --attempts 1
+
+    Exit 0, 69 PostgreSQL unreachable, 74 the schema is not this program's.
+    """
     from agent.ledger import notifications
 
     async def go() -> int:
@@ -358,7 +419,20 @@ async def _json_list(w: Callable[[str], Any], name: str, rows: AsyncIterator[dic
 @click.option("--limit", type=int, default=100, show_default=True, help="Rows per table for people (0: all).")
 @click.pass_obj
 def report_cmd(obj: LedgerContext, as_json: bool, limit: int) -> None:
-    """Canonical events, arrivals with their evidence, boots, gaps, anomalies, pending, conflicts."""
+    """Canonical events, arrivals with their evidence, boots, gaps, anomalies, pending, conflicts.
+
+    For people: the counts, then tables of canonical events (with their arrivals and gateways),
+    open conflicts (both originals side by side), boots, gaps, anomalies, pending arrivals and
+    notifications, at most --limit rows each. --json: the whole ledger in one object, streamed
+    from one consistent snapshot.
+
+    \b
+      edge-agent ledger report
+      edge-agent ledger report --limit 0 | less -S
+      edge-agent ledger report --json | jq '.conflicts'
+
+    Exit 0, 69 PostgreSQL unreachable, 74 the schema is not this program's (run `migrate`).
+    """
     from agent.ledger import report
 
     async def go() -> None:
