@@ -310,11 +310,12 @@ def test_kill_9_of_one_of_two_instances_on_a_shared_subscription_loses_nothing(
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait()
         at_kill = counts(ledger_dsn)[1]  # read after the kill: what follows is the survivor's
-        time.sleep(1.5)
-        while_away = counts(ledger_dsn)[1]
-        procs[0] = start(cfgs[0], logs[0])
         t.join(timeout=120)
         assert done, "the publisher finished"
+        wait_for(lambda: counts(ledger_dsn)[1] > at_kill, 60, "the survivor's commits")
+        time.sleep(1.5)  # the survivor is done with its share
+        while_away = counts(ledger_dsn)[1]
+        procs[0] = start(cfgs[0], logs[0])  # same client id: its session and its share wait for it
         subscribed(logs[0], 2)
         wait_for(lambda: counts(ledger_dsn)[0] >= n + 1, 120, "every event in PostgreSQL")
     finally:
@@ -326,6 +327,7 @@ def test_kill_9_of_one_of_two_instances_on_a_shared_subscription_loses_nothing(
     sent = len(msgs)
     assert at_kill < 1 + 2 * n, "the kill came during the burst"
     assert while_away > at_kill, "the survivor kept committing while the other was gone"
+    assert while_away < 1 + 2 * n, "the killed instance's share waited at the broker for it"
     with psycopg.connect(ledger_dsn) as conn:
         canon = conn.execute(
             "SELECT count(*), count(DISTINCT (source, transition_id, boot_id)) FROM canonical_event"
@@ -340,6 +342,6 @@ def test_kill_9_of_one_of_two_instances_on_a_shared_subscription_loses_nothing(
     assert arrivals is not None and arrivals[0] >= 2 * n
     print(
         f"shared-subscription kill -9 figures: instances=2 kills=1 messages={sent} events_sent={2 * n}"
-        f" (keys {n}) arrivals_at_kill={at_kill} arrivals_while_away={while_away}"
+        f" (keys {n}) arrivals_at_kill={at_kill} arrivals_before_restart={while_away}"
         f" canonical={canon[0] - 1} arrivals={arrivals[0]} lost=0 duplicate_canonicals=0"
     )
