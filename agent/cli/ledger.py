@@ -11,7 +11,8 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -466,12 +467,14 @@ async def _write_json(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: d
     w("}\n")
 
 
-async def _take(rows: AsyncIterator[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+async def _take(rows: AsyncGenerator[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """At most `limit` rows; the generator (and its server-side cursor) closed at once."""
     out: list[dict[str, Any]] = []
-    async for row in rows:
-        if limit is not None and len(out) >= limit:
-            break
-        out.append(row)
+    async with aclosing(rows):
+        async for row in rows:
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(row)
     return out
 
 

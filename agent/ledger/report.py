@@ -11,7 +11,7 @@ Rows are streamed through server-side cursors inside one read-only REPEATABLE RE
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, LiteralString
@@ -80,7 +80,7 @@ async def summary(conn: Conn) -> dict[str, int]:
     }
 
 
-async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """Canonical transition events, by id."""
     sql: LiteralString = (
         "SELECT c.id, c.source, c.transition_id, c.boot_id, c.source_ts, a.k > 0, c.payload, c.payload_hash,"
@@ -145,12 +145,12 @@ def _arrival(r: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-async def arrivals(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def arrivals(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     async for r in _rows(conn, _ARRIVAL_COLUMNS + " ORDER BY a.id", "report_arrivals"):
         yield _arrival(r)
 
 
-async def pending(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def pending(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """The identity-incomplete arrivals waiting for a person."""
     sql: LiteralString = (
         _ARRIVAL_COLUMNS + " JOIN pending p ON p.arrival_id = a.id WHERE p.state = 'open'"
@@ -160,7 +160,7 @@ async def pending(conn: Conn) -> AsyncIterator[dict[str, Any]]:
         yield _arrival(r)
 
 
-async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def conflicts(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """Open conflicts with both originals: the canonical's content and the arrival's."""
     sql: LiteralString = (
         "SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id, c.boot_id, c.payload,"
@@ -195,7 +195,7 @@ async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
         }
 
 
-async def boots(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def boots(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     sql: LiteralString = (
         "SELECT device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence, arrival_id"
         " FROM boot ORDER BY device, id"
@@ -213,7 +213,7 @@ async def boots(conn: Conn) -> AsyncIterator[dict[str, Any]]:
         }
 
 
-async def anomalies(conn: Conn, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
+async def anomalies(conn: Conn, *, gaps: bool) -> AsyncGenerator[dict[str, Any]]:
     sql: LiteralString = (
         "SELECT source, boot_id, kind, from_value, to_value, detected_at, evidence FROM anomaly"
         + (" WHERE kind = 'gap'" if gaps else " WHERE kind <> 'gap'")
