@@ -283,7 +283,8 @@ def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) ->
       edge-agent ledger demo --mqtt 127.0.0.1:1883 --seconds 30 --keep ./ledger-demo
 
     Exit 0 when every demo event has arrivals from both gateways, 1 when not (or a part did not
-    start; its log is named), 69/74/78 as for every ledger command.
+    start; its log is named), 69 no broker at --mqtt or PostgreSQL unreachable, 74/78 as for every
+    ledger command.
     """
     from agent.cli import ledger_demo
     from agent.core.wording import counted
@@ -292,6 +293,10 @@ def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) ->
     host, _, port = mqtt.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"{mqtt!r} must be HOST:PORT, e.g. 127.0.0.1:1883", param_hint="--mqtt")
+    why = ledger_demo.broker_reachable(host, int(port))
+    if why is not None:
+        click.echo(f"edge-agent ledger demo: {why}: start one (e.g. mosquitto) or give --mqtt", err=True)
+        sys.exit(EX_UNAVAILABLE)
 
     async def migrate() -> None:
         conn = await obj.open(migrate=True)

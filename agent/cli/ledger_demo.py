@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,15 @@ def forget_session(host: str, port: int, client_id: str) -> None:
     # A broker that is gone keeps nothing of ours we could reach.
     with contextlib.suppress(aiomqtt.MqttError, OSError):
         asyncio.run(go())
+
+
+def broker_reachable(host: str, port: int) -> str | None:
+    """None when something listens at host:port, else why not (checked before anything starts)."""
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        return f"no MQTT broker at {host}:{port} ({exc.strerror or exc})"
+    return None
 
 
 def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path) -> None:

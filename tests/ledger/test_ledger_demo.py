@@ -46,3 +46,11 @@ def test_the_demo_shows_one_canonical_event_with_two_arrivals_per_transition(
 def test_the_demo_refuses_a_broker_address_without_a_port() -> None:
     proc = subprocess.run([*CMD, "demo", "--mqtt", "localhost"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "must be HOST:PORT" in proc.stderr
+
+
+def test_the_demo_without_a_broker_says_so_and_exits_69() -> None:
+    from pgcluster import free_port
+
+    mqtt = f"127.0.0.1:{free_port()}"
+    proc = subprocess.run([*CMD, "demo", "--mqtt", mqtt], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 69 and f"no MQTT broker at {mqtt}" in proc.stderr, proc.stderr
