@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -91,10 +93,18 @@ def run_ledger(fn: Callable[[], Awaitable[T]]) -> T:
 def ledger_group(ctx: click.Context, dsn: str | None) -> None:
     """The central ledger: many gateways' events in one PostgreSQL, arbitrated by unique keys.
 
+    Takes the gateways' CloudEvents over MQTT and HTTP (`run`) or an offline file (`import`):
+    one canonical event per (source, transitionId, bootId), every arrival kept with its gateway.
+    The connection is --dsn, else EDGE_LEDGER_DSN, else libpq's environment (PGHOST, PGPORT,
+    PGDATABASE, PGUSER, PGPASSFILE). Every command's --help has examples.
+
     \b
-      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" migrate
-      edge-agent ledger import capture.jsonl --json
-      edge-agent ledger report --json
+      export PGHOST=127.0.0.1 PGDATABASE=ledger PGUSER=ledger PGPASSFILE=~/.pgpass
+      edge-agent ledger migrate
+      edge-agent ledger run -c /etc/edge-ledger/ledger.yaml
+      edge-agent ledger report
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" import capture.jsonl --json
+      edge-agent ledger demo                     # two gateways, one PLC, one broker on 1883
     """
     _require_extra()
     ctx.obj = LedgerContext(dsn)
@@ -103,7 +113,17 @@ def ledger_group(ctx: click.Context, dsn: str | None) -> None:
 @ledger_group.command("migrate")
 @click.pass_obj
 def migrate_cmd(obj: LedgerContext) -> None:
-    """Create or upgrade the ledger schema (numbered migrations; a newer schema is refused)."""
+    """Create or upgrade the ledger schema (numbered migrations; a newer schema is refused).
+
+    `run`, `import` and `demo` migrate by themselves; this does only that, e.g. before a rollout.
+
+    \b
+      edge-agent ledger migrate
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" migrate
+
+    Exit 0 migrated (or nothing to do), 69 PostgreSQL unreachable, 74 the schema is newer than
+    this program or a migration failed (that migration is rolled back).
+    """
     from agent.ledger import migrations
 
     async def go() -> list[int]:
@@ -126,7 +146,13 @@ def migrate_cmd(obj: LedgerContext) -> None:
 @ledger_group.command("check")
 @click.pass_obj
 def check_cmd(obj: LedgerContext) -> None:
-    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer)."""
+    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer).
+
+    \b
+      edge-agent ledger check || edge-agent ledger migrate
+
+    Exit 0 up to date, 69 PostgreSQL unreachable, 74 a migration is pending or the schema is newer.
+    """
     from agent.ledger import migrations
 
     async def go() -> None:
@@ -152,7 +178,13 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
     """Ingest FILE (the offline JSON Lines file of the contract) into the ledger.
 
     Each batch is one transaction; with --json its result lines (exactly as `edge-agent import
-    --json`) are printed only after it committed.
+    --json`) are printed only after it committed. Unparseable lines are kept as `rejected`.
+
+    \b
+      edge-agent ledger import capture.jsonl --json
+      edge-agent ledger import line-7.jsonl --gateway line-7
+
+    Exit 0 every line stored, 69 PostgreSQL unreachable, 74 the ledger could not be written.
     """
     from agent.cli.records import ImportTally, _json_results
     from agent.ledger import arbiter
@@ -191,7 +223,19 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 )
 @click.pass_obj
 def run_cmd(obj: LedgerContext, config_path: str) -> None:
-    """Run the intakes until SIGTERM (then drain and exit 0); the group's --dsn wins over the config's."""
+    """Run the intakes until SIGTERM (then drain and exit 0); the group's --dsn wins over the config's.
+
+    MQTT (shared subscription, PUBACK after commit) and/or HTTP (2xx after commit) as the
+    config says, and the notification workers. While PostgreSQL is away it keeps running and
+    acknowledges nothing (HTTP answers 503). The schema is migrated on start.
+
+    \b
+      edge-agent ledger run -c ledger.yaml
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" run -c ledger.yaml
+
+    Exit 0 after SIGTERM, 74 the schema is newer than this program, 78 a configuration error
+    (every problem, each with file:line).
+    """
     import logging
 
     from agent.ledger import config, service
@@ -205,11 +249,113 @@ def run_cmd(obj: LedgerContext, config_path: str) -> None:
     run_ledger(go)
 
 
+@ledger_group.command("demo")
+@click.option(
+    "--mqtt",
+    "mqtt",
+    metavar="HOST:PORT",
+    default="127.0.0.1:1883",
+    show_default=True,
+    help="The MQTT broker the gateways publish to and the ledger subscribes at.",
+)
+@click.option(
+    "--seconds",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(3, 3600),
+    help="How long the PLC runs.",
+)
+@click.option(
+    "--keep", metavar="DIR", help="Put configs, stores and logs here (default: a new temporary directory)."
+)
+@click.pass_obj
+def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) -> None:
+    """Two gateways, one simulated PLC, one canonical event with two arrivals.
+
+    Starts a simulated PLC (Modbus TCP, a free port), two `edge-agent run` gateways (gw-1,
+    gw-2) that read it and publish over MQTT, and `edge-agent ledger run` on a topic of the
+    demo's own; after --seconds it stops them all, prints the ledger's report and checks that
+    each of the demo's events is one canonical event with an arrival from each gateway. The
+    ledger database is migrated if needed; the demo's events stay in it (source demo-XXXXXX/...).
+
+    \b
+      edge-agent ledger --dsn "host=127.0.0.1 dbname=ledger" demo
+      edge-agent ledger demo --mqtt 127.0.0.1:1883 --seconds 30 --keep ./ledger-demo
+
+    Exit 0 when every demo event has arrivals from both gateways, 1 when not (or a part did not
+    start; its log is named), 69 no broker at --mqtt or PostgreSQL unreachable, 74/78 as for every
+    ledger command.
+    """
+    from agent.cli import ledger_demo
+    from agent.core.wording import counted
+    from agent.ledger import report
+
+    host, _, port = mqtt.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{mqtt!r} must be HOST:PORT, e.g. 127.0.0.1:1883", param_hint="--mqtt")
+    why = ledger_demo.broker_reachable(host, int(port))
+    if why is not None:
+        click.echo(f"edge-agent ledger demo: {why}: start one (e.g. mosquitto) or give --mqtt", err=True)
+        sys.exit(EX_UNAVAILABLE)
+
+    async def migrate() -> None:
+        conn = await obj.open(migrate=True)
+        await conn.close()
+
+    run_ledger(migrate)
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        click.echo(f"[{time.monotonic() - t0:5.1f}s] {text}")
+
+    try:
+        work, site = ledger_demo.run(
+            dsn=obj.dsn, mqtt_host=host, mqtt_port=int(port), seconds=seconds, keep=keep, say=say
+        )
+    except ledger_demo.DemoFailed as exc:
+        click.echo(f"edge-agent ledger demo: {exc}", err=True)
+        sys.exit(1)
+
+    async def show() -> dict[str, int]:
+        conn = await obj.open(migrate=False)
+        try:
+            async with report.snapshot(conn):
+                click.echo("")
+                await _write_tables(conn, await report.summary(conn), 40)
+                return await report.site_tally(conn, site)
+        finally:
+            await conn.close()
+
+    tally = run_ledger(show)
+    click.echo("")
+    click.echo(
+        f"demo ({site}): {tally['events']} canonical events from {tally['arrivals']} arrivals;"
+        f" {tally['from_both']} of them arrived from both gateways;"
+        f" {counted(tally['boots'], 'boot')} observed."
+    )
+    click.echo(f"configs, stores and logs: {work}")
+    if tally["events"] == 0 or tally["from_both"] != tally["events"]:
+        click.echo(
+            "edge-agent ledger demo: not every event arrived from both gateways; see the logs", err=True
+        )
+        sys.exit(1)
+
+
 @ledger_group.group("notifications", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per row, one per line.")
 @click.pass_context
 def notifications_group(ctx: click.Context, as_json: bool) -> None:
-    """The notification outbox: every row with its state, attempts and last error."""
+    """The notification outbox: every row with its state, attempts and last error.
+
+    A table for people (each dead row's last error in full), or one JSON object per row.
+
+    \b
+      edge-agent ledger notifications
+      edge-agent ledger notifications --json | jq 'select(.state == "dead")'
+      edge-agent ledger notifications retry --id 42
+
+    Exit 0, 69 PostgreSQL unreachable, 74 the schema is not this program's.
+    """
     if ctx.invoked_subcommand is not None:
         return
     from agent.ledger import notifications
@@ -224,14 +370,14 @@ def notifications_group(ctx: click.Context, as_json: bool) -> None:
             await conn.close()
 
     rows = run_ledger(go)
-    for row in rows:
-        if as_json:
+    if as_json:
+        for row in rows:
             click.echo(json.dumps(row))
-        else:
-            click.echo(
-                f"{row['notification_id']}\t{row['state']}\t{row['kind']}\tcanonical {row['canonical_id']}"
-                f"\tattempts {row['attempts']}/{row['max_attempts']}\t{row['last_error'] or ''}"
-            )
+    else:
+        from agent.cli.ledger_tables import notification_lines
+
+        for line in notification_lines(rows):
+            click.echo(line)
 
 
 @notifications_group.command("retry")
@@ -241,7 +387,16 @@ def notifications_group(ctx: click.Context, as_json: bool) -> None:
 )
 @click.pass_obj
 def retry_cmd(obj: LedgerContext, ids: tuple[int, ...], attempts: int) -> None:
-    """Make dead notifications pending again (an operator's decision; the ledger never does it)."""
+    """Make dead notifications pending again (an operator's decision; the ledger never does it).
+
+    They keep their idempotency key, so a receiver that got one before sees it again as a repeat.
+
+    \b
+      edge-agent ledger notifications retry                 # every dead row, 5 more attempts
+      edge-agent ledger notifications retry --id 42 --attempts 1
+
+    Exit 0, 69 PostgreSQL unreachable, 74 the schema is not this program's.
+    """
     from agent.ledger import notifications
 
     async def go() -> int:
@@ -267,9 +422,23 @@ async def _json_list(w: Callable[[str], Any], name: str, rows: AsyncIterator[dic
 @click.option(
     "--json", "as_json", is_flag=True, help="One JSON object: summary, events, arrivals, boots, ..."
 )
+@click.option("--limit", type=int, default=100, show_default=True, help="Rows per table for people (0: all).")
 @click.pass_obj
-def report_cmd(obj: LedgerContext, as_json: bool) -> None:
-    """Canonical events, arrivals with their evidence, boots, gaps, anomalies, pending, conflicts."""
+def report_cmd(obj: LedgerContext, as_json: bool, limit: int) -> None:
+    """Canonical events, arrivals with their evidence, boots, gaps, anomalies, pending, conflicts.
+
+    For people: the counts, then tables of canonical events (with their arrivals and gateways),
+    open conflicts (both originals side by side), boots, gaps, anomalies, pending arrivals and
+    notifications, at most --limit rows each. --json: the whole ledger in one object, streamed
+    from one consistent snapshot.
+
+    \b
+      edge-agent ledger report
+      edge-agent ledger report --limit 0 | less -S
+      edge-agent ledger report --json | jq '.conflicts'
+
+    Exit 0, 69 PostgreSQL unreachable, 74 the schema is not this program's (run `migrate`).
+    """
     from agent.ledger import report
 
     async def go() -> None:
@@ -280,7 +449,7 @@ def report_cmd(obj: LedgerContext, as_json: bool) -> None:
                 if as_json:
                     await _write_json(conn, summary)
                 else:
-                    await _write_tables(conn, summary)
+                    await _write_tables(conn, summary, limit or None)
         finally:
             await conn.close()
 
@@ -303,26 +472,43 @@ async def _write_json(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: d
     w("}\n")
 
 
-async def _write_tables(conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int]) -> None:
-    from agent.ledger import report
+async def _take(rows: AsyncGenerator[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
+    """At most `limit` rows; the generator (and its server-side cursor) closed at once."""
+    out: list[dict[str, Any]] = []
+    async with aclosing(rows):
+        async for row in rows:
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(row)
+    return out
 
-    click.echo("  ".join(f"{k} {v}" for k, v in summary.items()))
-    click.echo("")
-    head = ("id", "status", "source", "transitionId", "bootId", "sourceTimestamp", "first_arrival", "dups")
-    click.echo("\t".join(head))
-    async for ev in report.events(conn):
-        click.echo(
-            "\t".join(
-                str(x)
-                for x in (
-                    ev["canonical_id"],
-                    ev["status"],
-                    ev["source"],
-                    ev["transitionId"],
-                    ev["bootId"],
-                    ev["sourceTimestamp"] or "-",
-                    ev["first_arrival"],
-                    ev["duplicate_count"],
-                )
-            )
-        )
+
+async def _write_tables(
+    conn: psycopg.AsyncConnection[tuple[Any, ...]], summary: dict[str, int], limit: int | None
+) -> None:
+    from agent.cli import ledger_tables as lt
+    from agent.cli import render
+    from agent.ledger import notifications, report
+
+    notes = await notifications.listing(conn)
+    out = lt.summary_lines(summary, notes)
+    evs = await _take(report.events(conn), limit)
+    out += ["", "canonical events (by id):"]
+    out += render.table(render.headers_of(lt.EVENT_COLUMNS), lt.cells(evs, lt.EVENT_COLUMNS))
+    if limit is not None and summary["source_events"] > len(evs):
+        out.append(f"... {summary['source_events'] - len(evs)} more (use --limit 0 or --json)")
+    out += lt.conflict_lines(await _take(report.conflicts(conn), limit))
+    out += lt.section("boots observed:", await _take(report.boots(conn), limit), render.BOOT_COLUMNS)
+    out += lt.section("gaps:", await _take(report.anomalies(conn, gaps=True), limit), render.ANOMALY_COLUMNS)
+    out += lt.section(
+        "anomalies:", await _take(report.anomalies(conn, gaps=False), limit), render.ANOMALY_COLUMNS
+    )
+    out += lt.section(
+        "pending (identity-incomplete arrivals waiting for a person):",
+        await _take(report.pending(conn), limit),
+        lt.PENDING_COLUMNS,
+    )
+    if notes:
+        out += ["", "notifications:", *lt.notification_lines(notes[: limit or None])]
+    for line in out:
+        click.echo(line)

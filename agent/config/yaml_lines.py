@@ -219,9 +219,13 @@ class _Ctx:
 
 
 def _kind(v: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "text", bool: "true/false", type(None): "empty"}.get(
-        type(v), "a number" if isinstance(v, int | float) else type(v).__name__
-    )
+    # isinstance, not type(v): the line-numbered loader's mappings and lists are subclasses.
+    for kind, name in ((bool, "true/false"), (dict, "a mapping"), (list, "a list"), (str, "text")):
+        if isinstance(v, kind):
+            return name
+    if v is None:
+        return "empty"
+    return "a number" if isinstance(v, int | float) else type(v).__name__
 
 
 def _text(v: Any) -> str:

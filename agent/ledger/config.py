@@ -103,7 +103,9 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
     ]
     top.finish()
     if mqtt is None and http is None and not problems:
-        problems.append(Problem(str(main), top.line, "", "neither `mqtt` nor `http` intake is configured"))
+        problems.append(
+            Problem(str(main), top.line or 1, "", "neither `mqtt` nor `http` intake is configured")
+        )
     kinds = [r.kind for r in rules]
     for i, k in enumerate(kinds):
         if k and k in kinds[:i]:
@@ -148,7 +150,7 @@ def _mqtt(s: _Section, check_files: bool) -> MqttIntake:
 def _listen(v: Any) -> tuple[str, int]:
     m = _LISTEN.fullmatch(_text(v))
     if m is None or not 0 < int(m["port"]) < 65536:
-        raise ValueError(f"{v!r} must be host:port, e.g. 127.0.0.1:8088")
+        raise ValueError(f"{v!r} must be host:port with a port 1..65535, e.g. 127.0.0.1:8088")
     return m["host"].strip("[]"), int(m["port"])
 
 

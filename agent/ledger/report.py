@@ -11,7 +11,7 @@ Rows are streamed through server-side cursors inside one read-only REPEATABLE RE
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, LiteralString
@@ -80,14 +80,15 @@ async def summary(conn: Conn) -> dict[str, int]:
     }
 
 
-async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """Canonical transition events, by id."""
     sql: LiteralString = (
         "SELECT c.id, c.source, c.transition_id, c.boot_id, c.source_ts, a.k > 0, c.payload, c.payload_hash,"
-        " a.n - 1, a.k, a.f, a.l, c.first_gateway"
+        " a.n - 1, a.k, a.f, a.l, c.first_gateway, a.g"
         " FROM canonical_event c CROSS JOIN LATERAL (SELECT count(*) AS n,"
         " count(*) FILTER (WHERE decision = 'conflict') AS k, min(gateway_arrival_at) AS f,"
-        " max(gateway_arrival_at) AS l FROM arrival WHERE canonical_id = c.id) a"
+        " max(gateway_arrival_at) AS l, array_agg(DISTINCT gateway ORDER BY gateway) AS g"
+        " FROM arrival WHERE canonical_id = c.id) a"
         " ORDER BY c.id"
     )
     async for r in _rows(conn, sql, "report_events"):
@@ -105,6 +106,8 @@ async def events(conn: Conn) -> AsyncIterator[dict[str, Any]]:
             "first_arrival": ts(r[10]),
             "last_arrival": ts(r[11]),
             "first_gateway": r[12],
+            "arrivals": r[8] + 1,
+            "gateways": list(r[13]),
         }
 
 
@@ -142,12 +145,12 @@ def _arrival(r: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-async def arrivals(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def arrivals(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     async for r in _rows(conn, _ARRIVAL_COLUMNS + " ORDER BY a.id", "report_arrivals"):
         yield _arrival(r)
 
 
-async def pending(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def pending(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """The identity-incomplete arrivals waiting for a person."""
     sql: LiteralString = (
         _ARRIVAL_COLUMNS + " JOIN pending p ON p.arrival_id = a.id WHERE p.state = 'open'"
@@ -157,11 +160,12 @@ async def pending(conn: Conn) -> AsyncIterator[dict[str, Any]]:
         yield _arrival(r)
 
 
-async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def conflicts(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """Open conflicts with both originals: the canonical's content and the arrival's."""
     sql: LiteralString = (
         "SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id, c.boot_id, c.payload,"
-        " c.payload_hash, c.source_ts, x.payload, x.payload_hash, x.source_ts, a.gateway"
+        " c.payload_hash, c.source_ts, x.payload, x.payload_hash, x.source_ts, a.gateway, c.first_gateway,"
+        " a.gateway_arrival_at, c.inserted_arrival_at"
         " FROM conflict x JOIN canonical_event c ON c.id = x.canonical_id"
         " JOIN arrival a ON a.id = x.arrival_id"
         " WHERE x.state = 'open' ORDER BY x.arrival_id"
@@ -173,13 +177,25 @@ async def conflicts(conn: Conn) -> AsyncIterator[dict[str, Any]]:
             "source": r[2],
             "transitionId": r[3],
             "bootId": r[4],
-            "canonical": {"payload": json.loads(r[5]), "payload_hash": r[6], "sourceTimestamp": ts(r[7])},
-            "conflicting": {"payload": json.loads(r[8]), "payload_hash": r[9], "sourceTimestamp": ts(r[10])},
+            "canonical": {
+                "payload": json.loads(r[5]),
+                "payload_hash": r[6],
+                "sourceTimestamp": ts(r[7]),
+                "gateway": r[12],
+                "arrivalAt": ts(r[14]),
+            },
+            "conflicting": {
+                "payload": json.loads(r[8]),
+                "payload_hash": r[9],
+                "sourceTimestamp": ts(r[10]),
+                "gateway": r[11],
+                "arrivalAt": ts(r[13]),
+            },
             "gateway": r[11],
         }
 
 
-async def boots(conn: Conn) -> AsyncIterator[dict[str, Any]]:
+async def boots(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     sql: LiteralString = (
         "SELECT device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence, arrival_id"
         " FROM boot ORDER BY device, id"
@@ -197,7 +213,7 @@ async def boots(conn: Conn) -> AsyncIterator[dict[str, Any]]:
         }
 
 
-async def anomalies(conn: Conn, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
+async def anomalies(conn: Conn, *, gaps: bool) -> AsyncGenerator[dict[str, Any]]:
     sql: LiteralString = (
         "SELECT source, boot_id, kind, from_value, to_value, detected_at, evidence FROM anomaly"
         + (" WHERE kind = 'gap'" if gaps else " WHERE kind <> 'gap'")
@@ -213,3 +229,19 @@ async def anomalies(conn: Conn, *, gaps: bool) -> AsyncIterator[dict[str, Any]]:
             "detected_at": ts(r[5]),
             "evidence": json.loads(r[6]),
         }
+
+
+async def site_tally(conn: Conn, site: str) -> dict[str, int]:
+    """For one site's events: canonical events, arrivals, events with arrivals from 2+ gateways, boots."""
+    cur = await conn.execute(
+        "SELECT count(*), coalesce(sum(n), 0), count(*) FILTER (WHERE g >= 2) FROM (SELECT c.id,"
+        " count(a.id) AS n, count(DISTINCT a.gateway) AS g FROM canonical_event c"
+        " JOIN arrival a ON a.canonical_id = c.id WHERE starts_with(c.source, %s) GROUP BY c.id) x",
+        (site + "/",),
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    cur = await conn.execute("SELECT count(*) FROM boot WHERE starts_with(device, %s)", (site + "/",))
+    boots = await cur.fetchone()
+    assert boots is not None
+    return {"events": int(row[0]), "arrivals": int(row[1]), "from_both": int(row[2]), "boots": int(boots[0])}

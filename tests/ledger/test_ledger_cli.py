@@ -196,3 +196,23 @@ def test_report_on_an_unmigrated_database_says_to_migrate(pg_dsn: str) -> None:
     assert "is at version" in ledger(pg_dsn, "check").stdout
     assert "nothing to do" in ledger(pg_dsn, "migrate").stdout
     assert json.loads(ledger(pg_dsn, "report", "--json").stdout)["summary"]["arrivals"] == 0
+
+
+def test_the_report_for_people_shows_conflicts_with_both_originals_boots_and_pending(pg_dsn: str) -> None:
+    ledger(pg_dsn, "import", str(DATA / "seed-cases.jsonl"))
+    out = ledger(pg_dsn, "report").stdout
+    lines = out.splitlines()
+    assert "open conflicts:            1" in lines
+    conflict = lines.index(
+        "conflict arrival 7: PUMP-08/Trip  transitionId T40  bootId B5  (canonical event 5)"
+    )
+    payload = next(line for line in lines[conflict:] if line.strip().startswith("payload "))
+    assert '{"severity":"High","state":"Trip"}' in payload and '{"severity":"Low","state":"Trip"}' in payload
+    boots = lines.index("boots observed:")
+    assert sum(1 for line in lines[boots + 3 : boots + 10] if "bootId first seen" in line) == 7
+    pending = lines.index("pending (identity-incomplete arrivals waiting for a person):")
+    assert "missing bootId" in lines[pending + 3]
+    event_1 = next(line for line in lines if line.startswith("1 ") and "T91" in line)
+    assert event_1.split()[7:9] == ["2", "import"], "arrivals and gateways of the event"
+    limited = ledger(pg_dsn, "report", "--limit", "3").stdout
+    assert "... 5 more (use --limit 0 or --json)" in limited

@@ -35,6 +35,19 @@ CMD = [sys.executable, "-m", "agent", "ledger"]
         pytest.param(
             "http: {listen: '127.0.0.1:1'}\nspeed: 3\n", ":2: speed: unknown key", id="a misspelt key"
         ),
+        pytest.param("mqtt: [1, 2]\n", ":1: mqtt: must be a mapping, not a list", id="a list for a section"),
+        pytest.param(
+            "http: {listen: '127.0.0.1:1'}\nnotify: {kind: a}\n",
+            ":2: notify: must be a list, not a mapping",
+            id="one rule without the list",
+        ),
+        pytest.param("", ":1: neither `mqtt` nor `http`", id="an empty file"),
+        pytest.param("http: {listen: '127.0.0.1:0'}\n", "with a port 1..65535", id="port 0"),
+        pytest.param("- a\n- b\n", ":1: must be a mapping, not a list", id="a list at the top"),
+        pytest.param(
+            "mqtt:\n  client_id: a\n  port: 70000\n", ":3: mqtt.port: must be <= 65535", id="a port too high"
+        ),
+        pytest.param("http: {listen: '127.0.0.1:1'\n", ":2: not valid YAML", id="not YAML"),
         pytest.param(
             "http: {listen: '127.0.0.1:1'}\nnotify:\n  - {kind: k, url: ftp://x}\n",
             "notify[0].url: 'ftp://x' must be an http:// or https:// URL",
@@ -115,3 +128,43 @@ def test_the_example_config_loads() -> None:
     (rule,) = cfg.notify
     assert rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/Trip", {})
     assert not rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/OverTemp", {})
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["migrate"],
+        ["check"],
+        ["import"],
+        ["run"],
+        ["report"],
+        ["notifications"],
+        ["notifications", "retry"],
+        ["demo"],
+    ],
+    ids=lambda c: " ".join(c),
+)
+def test_every_ledger_command_has_an_example_and_its_exit_codes_in_its_help(command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from agent.cli.main import cli
+
+    result = CliRunner().invoke(
+        cli, ["ledger", *command, "--help"], prog_name="edge-agent", terminal_width=120
+    )
+    assert result.exit_code == 0, result.output
+    text = result.output
+    examples = [line for line in text.splitlines() if line.strip().startswith("edge-agent ledger ")]
+    assert any(" ".join(command) in line for line in examples), text
+    assert "Exit 0" in text and "74" in text, text
+
+
+def test_the_ledger_groups_help_names_the_connection_and_every_exit_code() -> None:
+    from click.testing import CliRunner
+
+    from agent.cli.main import cli
+
+    text = CliRunner().invoke(cli, ["ledger", "--help"], prog_name="edge-agent", terminal_width=120).output
+    assert "PGHOST" in text and "EDGE_LEDGER_DSN" in text
+    for code in ("0 ok", "2 usage", "69 PostgreSQL", "74 the ledger", "78 configuration error"):
+        assert code in text, code

@@ -279,3 +279,69 @@ async def test_two_instances_on_one_shared_subscription_split_the_stream_without
     shares = [s.committed_messages for s in subs]
     assert sum(shares) == n and all(share > 0 for share in shares), shares
     assert counts(ledger_dsn) == (n, n), "every message once: no overlap between the two instances"
+
+
+def test_kill_9_of_one_of_two_instances_on_a_shared_subscription_loses_nothing(
+    tmp_path: Path, broker: Broker, ledger_dsn: str
+) -> None:
+    """Two ledger processes split one stream; one is killed mid-burst. The survivor keeps
+    committing its share while the other is gone, the restarted one (same client id) gets back
+    what it had not acknowledged: every key once, every gateway's arrival kept."""
+    n = 800
+    cfgs = [config(tmp_path, ledger_dsn, broker.port, f"ledger-{k}") for k in (1, 2)]
+    logs = [tmp_path / f"ledger-{k}.log" for k in (1, 2)]
+    procs = [start(c, lg) for c, lg in zip(cfgs, logs, strict=True)]
+    try:
+        for lg in logs:
+            subscribed(lg)  # both sessions exist: the broker keeps each member's share from now on
+        asyncio.run(publish(broker.port, probe()))
+        wait_for(lambda: counts(ledger_dsn)[1] >= 1, 60, "the probe in PostgreSQL")
+        a, b = bodies(n, "gw-a", 1), bodies(n, "gw-b", 4)
+        msgs = [m for i, m in enumerate(a) for m in ([m, b[i // 4]] if i % 4 == 0 else [m])]
+        done: list[bool] = []
+
+        def burst() -> None:
+            asyncio.run(publish(broker.port, msgs, pace_s=0.004))
+            done.append(True)
+
+        t = threading.Thread(target=burst, name="publisher")
+        t.start()
+        time.sleep(1.0)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait()
+        at_kill = counts(ledger_dsn)[1]  # read after the kill: what follows is the survivor's
+        t.join(timeout=120)
+        assert done, "the publisher finished"
+        wait_for(lambda: counts(ledger_dsn)[1] > at_kill, 60, "the survivor's commits")
+        time.sleep(1.5)  # the survivor is done with its share
+        while_away = counts(ledger_dsn)[1]
+        procs[0] = start(cfgs[0], logs[0])  # same client id: its session and its share wait for it
+        subscribed(logs[0], 2)
+        wait_for(lambda: counts(ledger_dsn)[0] >= n + 1, 120, "every event in PostgreSQL")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+    assert [p.returncode for p in procs] == [0, 0], [lg.read_text()[-2000:] for lg in logs]
+    sent = len(msgs)
+    assert at_kill < 1 + 2 * n, "the kill came during the burst"
+    assert while_away > at_kill, "the survivor kept committing while the other was gone"
+    assert while_away < 1 + 2 * n, "the killed instance's share waited at the broker for it"
+    with psycopg.connect(ledger_dsn) as conn:
+        canon = conn.execute(
+            "SELECT count(*), count(DISTINCT (source, transition_id, boot_id)) FROM canonical_event"
+        ).fetchone()
+        per = conn.execute(
+            "SELECT min(g), max(g) FROM (SELECT count(DISTINCT a.gateway) AS g FROM canonical_event c"
+            " JOIN arrival a ON a.canonical_id = c.id WHERE c.first_gateway <> 'probe' GROUP BY c.id) x"
+        ).fetchone()
+        arrivals = conn.execute("SELECT count(*) FROM arrival WHERE gateway <> 'probe'").fetchone()
+    assert canon == (n + 1, n + 1), "one canonical per event, none lost, none twice"
+    assert per == (2, 2), "every event has its arrivals from both gateways"
+    assert arrivals is not None and arrivals[0] >= 2 * n
+    print(
+        f"shared-subscription kill -9 figures: instances=2 kills=1 messages={sent} events_sent={2 * n}"
+        f" (keys {n}) arrivals_at_kill={at_kill} arrivals_before_restart={while_away}"
+        f" canonical={canon[0] - 1} arrivals={arrivals[0]} lost=0 duplicate_canonicals=0"
+    )
