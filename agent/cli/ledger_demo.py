@@ -5,6 +5,7 @@ stops them (SIGTERM) and prints the ledger's report and its own check of the dem
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,8 +17,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
+
+from agent.store.reader import Reader
 
 GATEWAYS = ("gw-1", "gw-2")
 
@@ -95,6 +99,31 @@ def _wait(pred: Callable[[], bool], timeout: float, what: str, log: Path) -> Non
         time.sleep(0.1)
 
 
+def _has_read(db: Path) -> bool:
+    """Whether the gateway with this store has read the PLC once (its boot is recorded live)."""
+    if not db.exists():
+        return False
+
+    async def go() -> bool:
+        try:
+            async with await Reader.open(db) as reader:
+                return "PUMP-07" in await reader.last_live_boots()
+        except Exception:  # a store still being created: not read yet, try again
+            return False
+
+    return asyncio.run(go())
+
+
+def _step(sim: subprocess.Popen[Any], state: int, log: Path) -> None:
+    """One transition of PUMP-07/Trip through the simulator's command line (OK or ERR back)."""
+    assert sim.stdin is not None and sim.stdout is not None
+    sim.stdin.write(f"{{transition: PUMP-07/Trip, state: {1 - state}}}\n")
+    sim.stdin.flush()
+    answer = sim.stdout.readline()
+    if not answer.startswith("OK"):
+        raise DemoFailed(f"the simulator refused a transition: {answer.strip() or 'no answer'}; see {log}")
+
+
 def _ready_port(stream: IO[str], log: Path) -> int:
     line = stream.readline()
     if not line.startswith("READY "):
@@ -148,22 +177,32 @@ def run(
             )
         say(f"ledger subscribed to {site}/events/# on {mqtt_host}:{mqtt_port}")
         sim_log = work / "simulator.log"
+        # The demo drives the PLC itself (one transition a second), and only once both gateways
+        # have read it: a transition made before a gateway's first read is not that gateway's to
+        # see, and every demo event should show two arrivals.
         sim = start(
-            ["simulate", "--no-opcua", "--modbus-port", "0", "--random", "1", "--quiet"],
+            ["simulate", "--no-opcua", "--modbus-port", "0", "--commands", "--quiet"],
             sim_log,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert sim.stdout is not None
+        assert sim.stdout is not None and sim.stdin is not None
         modbus_port = _ready_port(sim.stdout, sim_log)
-        say(f"simulated PLC PUMP-07 on Modbus 127.0.0.1:{modbus_port} (about one transition a second)")
+        say(f"simulated PLC PUMP-07 on Modbus 127.0.0.1:{modbus_port}")
         for name in GATEWAYS:
             gw = work / f"{name}.yaml"
             gw.write_text(gateway_config(name, site, work, mqtt_host, mqtt_port, modbus_port))
             start(["run", "-c", str(gw)], work / f"{name}.log", stdout=subprocess.DEVNULL)
+        for name in GATEWAYS:
+            store = work / f"{name}.db"
+            _wait(partial(_has_read, store), 60, f"{name}'s first read", work / f"{name}.log")
         say(f"gateways {' and '.join(GATEWAYS)} read it and publish to the broker; running {seconds:g} s")
-        time.sleep(seconds)
+        for i in range(max(1, int(seconds))):
+            _step(sim, i % 2, sim_log)
+            time.sleep(1.0)
         say("stopping the simulator, then the gateways and the ledger (SIGTERM: each drains first)")
+        sim.stdin.close()
         _stop([sim])
         time.sleep(2.0)  # the gateways' last events reach the broker and the ledger
         _stop(procs[2:])

@@ -72,9 +72,10 @@ async def test_wall_clock_jumps_change_neither_identity_dedup_nor_poll_cadence(
                 rate = (await polls(agent) - before) / (time.monotonic() - t0) / 2  # per connection
                 # A timer on the wall clock would stall polling for the whole jump (an hour, or 56
                 # years): near zero. The poll count comes from the status the service writes every
-                # 2 s, so the measured rate is coarse; 30 % of the asked rate tells the two apart
-                # even on a loaded CI machine (not a performance check).
-                assert rate > 0.3 / POLL_S, (
+                # 2 s, so the measured rate is coarse (a window of about 3 s can miss one write);
+                # 10 % of the asked rate tells the two apart even on a loaded CI machine (not a
+                # performance check: 27 % was seen under load).
+                assert rate > 0.1 / POLL_S, (
                     f"{name}: {rate:.1f} polls/s per connection, asked {1 / POLL_S:.0f}"
                 )
                 await harness.eventually(lambda: load.made <= set(checker.committed_keys(db)), 10, name)
