@@ -19,6 +19,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from agent.core.contract import Decision, Status, format_timestamp
+from agent.core.summary import summary_counts
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -64,20 +65,16 @@ async def summary(conn: Conn) -> dict[str, int]:
     row = await cur.fetchone()
     assert row is not None
     events, arrivals, boots, gaps, anomalies, open_conflicts = (int(v) for v in row)
-    return {
-        "source_events": events,
-        "arrivals": arrivals,
-        "duplicates": by_decision.get(Decision.DUPLICATE.value, 0),
-        "conflicts": by_decision.get(Decision.CONFLICT.value, 0),
-        "identity_incomplete": by_decision.get(Decision.IDENTITY_INCOMPLETE.value, 0),
-        "rejected": by_decision.get(Decision.REJECTED.value, 0),
-        "inserted": by_decision.get(Decision.INSERTED.value, 0),
-        "boots": boots,
-        "gaps": gaps,
-        "anomalies": anomalies,
-        "delivery_attempts": 0,  # the ledger sends nothing upstream; notifications are counted apart
-        "conflicts_open": open_conflicts,
-    }
+    counts = summary_counts(
+        by_decision,
+        events=events,
+        arrivals=arrivals,
+        boots=boots,
+        gaps=gaps,
+        anomalies=anomalies,
+        delivery_attempts=0,  # the ledger sends nothing upstream; notifications are counted apart
+    )
+    return {**counts, "conflicts_open": open_conflicts}
 
 
 async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:

@@ -18,6 +18,7 @@ import aiosqlite
 
 from agent.core.basis import basis_flags
 from agent.core.contract import Decision
+from agent.core.summary import summary_counts
 
 _CHUNK = 1000
 
@@ -52,19 +53,15 @@ async def summary(db: aiosqlite.Connection) -> dict[str, int]:
         " (SELECT coalesce(sum(attempts), 0) FROM outbox)"
     )
     events, arrivals, boots, gaps, anomalies, attempts = next(iter(one))
-    return {
-        "source_events": events,
-        "arrivals": arrivals,
-        "duplicates": by_decision.get(Decision.DUPLICATE.value, 0),
-        "conflicts": by_decision.get(Decision.CONFLICT.value, 0),
-        "identity_incomplete": by_decision.get(Decision.IDENTITY_INCOMPLETE.value, 0),
-        "rejected": by_decision.get(Decision.REJECTED.value, 0),
-        "inserted": by_decision.get(Decision.INSERTED.value, 0),
-        "boots": boots,
-        "gaps": gaps,
-        "anomalies": anomalies,
-        "delivery_attempts": attempts,
-    }
+    return summary_counts(
+        by_decision,
+        events=events,
+        arrivals=arrivals,
+        boots=boots,
+        gaps=gaps,
+        anomalies=anomalies,
+        delivery_attempts=attempts,
+    )
 
 
 async def events(db: aiosqlite.Connection, sort: str = "id") -> AsyncGenerator[dict[str, Any], None]:
