@@ -26,7 +26,7 @@ the reader's own connection. Nothing here imports a sink.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,14 +100,17 @@ class Outbox:
                     " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
                     (_ids([r[0] for r in rows]),),
                 )
-        return [_entry(r, records.get(_TABLE_OF.get(r[1], r[1]), {}).get(r[2])) for r in rows]
+        return _entries(rows, records)
 
     async def settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
         """Record the outcome of every (outbox_id, outcome) of one batch in one transaction.
         The delivered rows (most of a batch) are one statement over the list of their ids."""
         delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
-        refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
-        retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
+        refused: list[tuple[str, int]] = []
+        retried: list[tuple[str, int]] = []
+        if len(delivered) < len(results):
+            refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
+            retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
         store = self.store
         async with store.lock, store.transaction():
             if delivered:
@@ -235,6 +238,22 @@ def _ids(ids: Sequence[int]) -> str:
 
 def _err(oc: SendOutcome) -> str:
     return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
+
+
+def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[Entry]:
+    """The claimed outbox rows with their records; transitions (most rows) built inline."""
+    transitions = records.get("transition", {})
+    out: list[Entry] = []
+    append = out.append
+    for r in rows:
+        kind = r[1]
+        if kind == "transition":
+            rec_row = transitions.get(r[2])
+            if rec_row is not None:
+                append(Entry(r[0], kind, r[2], int(r[3]) + 1, r[4], Transition(*rec_row)))
+                continue
+        append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[2])))
+    return out
 
 
 def _entry(r: Any, rec_row: Any) -> Entry:
