@@ -6,12 +6,11 @@ Loop: claim the first pending rows (attempts + 1 committed first) -> encode
 claims the next rows when every row was settled for good). Rows are
 marked delivered only on the sink's proof of acknowledgement. Two batches are
 in hand at once: while one is being published, the next is claimed (its
-attempts committed), and its encoding and publishing start at once when the
+attempts committed) and encoded, and its publishing starts at once when the
 sink can overlap calls and is connected (MQTT: the window of messages in
 flight stays full across reads; never after the batch before it failed), else
 right after the batch before it was acknowledged in full (HTTP: claim and
-settle overlap the POSTs, and a batch is encoded while the one before it is
-being settled; the order stays the outbox order). When any row
+settle overlap the POSTs; the order stays the outbox order). When any row
 comes back `retry`, the forwarder backs off (capped exponential, jittered,
 `Retry-After` honoured) and starts again from the head of the queue, so the
 backlog is kept and its first arrival upstream stays in insertion order; new
@@ -93,10 +92,13 @@ PIPELINE_DEPTH = 2  # batches claimed and in flight at once: the next read is re
 
 @dataclass(eq=False)
 class _Flight:
-    """One claimed batch and the task that encodes and publishes it (one outcome per entry)."""
+    """One claimed batch: its rows, their outcomes so far (encode errors), what is being published."""
 
     entries: Sequence[Entry]
-    task: asyncio.Task[list[SendOutcome]]
+    outcomes: list[SendOutcome | None]
+    slots: list[int]
+    events: list[Event]
+    task: asyncio.Task[list[SendOutcome]] | None
 
 
 class Forwarder:
@@ -181,55 +183,55 @@ class Forwarder:
                     await _wait(stop, delay)
         finally:
             for flight in ahead:  # the drain is over: these rows stay pending
-                flight.task.cancel()
-            await asyncio.gather(*(f.task for f in ahead), return_exceptions=True)
+                if flight.task is not None:
+                    flight.task.cancel()
+            await asyncio.gather(*(f.task for f in ahead if f.task is not None), return_exceptions=True)
         log.info("forwarder stopped upstream=%s", name)
 
     def _start(self, entries: Sequence[Entry], before: _Flight | None) -> _Flight:
-        """Start encoding and publishing claimed rows (behind `before` when the sink cannot overlap).
-        Whether each row is `replayed` is decided now, as it stands when the rows were claimed."""
-        replayed = [self._outage or e.attempt > 1 or e.outbox_id <= self._replay_until for e in entries]
-        prev = before.task if before is not None else None
-        beside = (
-            prev is not None
-            and getattr(self.sink, "overlapping", False)
-            and getattr(self.sink, "connected", False)
-        )
-        send = self._send(entries, replayed, prev, beside)
-        return _Flight(entries, asyncio.create_task(send, name=f"publish[{self.upstream.name}]"))
-
-    async def _send(
-        self,
-        entries: Sequence[Entry],
-        replayed: Sequence[bool],
-        prev: asyncio.Task[list[SendOutcome]] | None,
-        beside: bool,
-    ) -> list[SendOutcome]:
-        """Encode and publish `entries`: one outcome per entry (`rejected` for one that cannot be
-        encoded). After `prev` when the sink cannot overlap (so the encoding runs while the
-        batch before is being settled), beside it when it can; not at all when it failed (its
-        events go out again from the head of the queue, and these after them)."""
-        if prev is not None and not beside:
-            await asyncio.wait({prev})
-        outcomes: list[SendOutcome | None] = [None] * len(entries)
-        events: list[Event] = []
-        slots: list[int] = []
-        for i, (entry, again) in enumerate(zip(entries, replayed, strict=True)):
+        """Encode claimed rows and start publishing them (behind `before` when the sink cannot overlap)."""
+        flight = _Flight(entries, [None] * len(entries), [], [], None)
+        for i, entry in enumerate(entries):
+            replayed = self._outage or entry.attempt > 1 or entry.outbox_id <= self._replay_until
             try:
-                events.append(
+                flight.events.append(
                     encode(
-                        entry, site=self.site, gateway=self.gateway, replayed=again, store_id=self.store_id
+                        entry,
+                        site=self.site,
+                        gateway=self.gateway,
+                        replayed=replayed,
+                        store_id=self.store_id,
                     )
                 )
-                slots.append(i)
+                flight.slots.append(i)
             except EncodeError as exc:
-                outcomes[i] = rejected(str(exc))
-        if events:
-            refusal = _refusal(prev, beside) if prev is not None else None
-            published = [refusal] * len(events) if refusal is not None else await self.sink.publish(events)
-            for i, oc in zip(slots, published, strict=True):
-                outcomes[i] = oc
-        return [oc if oc is not None else retry("not sent") for oc in outcomes]
+                flight.outcomes[i] = rejected(str(exc))
+        if flight.events:
+            prev = before.task if before is not None else None
+            if prev is None:
+                publish = self.sink.publish(flight.events)
+            elif getattr(self.sink, "overlapping", False) and getattr(self.sink, "connected", False):
+                publish = self._beside(prev, flight.events)
+            else:
+                publish = self._after(prev, flight.events)
+            flight.task = asyncio.create_task(publish, name=f"publish[{self.upstream.name}]")
+        return flight
+
+    async def _beside(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
+        """Publish `events` while `prev` is still in flight; not at all when `prev` already failed
+        (its events go out again from the head of the queue, and these after them)."""
+        if prev.done() and (prev.cancelled() or prev.exception() is not None or _failed(prev.result())):
+            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
+        return await self.sink.publish(events)
+
+    async def _after(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
+        """Publish `events` once `prev` is acknowledged in full; not at all when it is not."""
+        await asyncio.wait({prev})
+        if prev.cancelled() or prev.exception() is not None:
+            return [retry("not sent: the batch before it was not sent")] * len(events)
+        if _failed(prev.result()):
+            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
+        return await self.sink.publish(events)
 
     async def _finish(
         self, flight: _Flight, drain: _Drain, *, claim_after: int | None = None
@@ -238,7 +240,11 @@ class Forwarder:
         which the forwarder starts again from the head of the queue), or None to go on. With
         `claim_after`, when every row is settled for good and the drain is not over, the next
         rows after that id are claimed in the same transaction and returned (else None)."""
-        outcomes = await self._bounded(flight.task, len(flight.entries), drain)
+        if flight.task is not None:
+            published = await self._bounded(flight.task, len(flight.events), drain)
+            for i, oc in zip(flight.slots, published, strict=True):
+                flight.outcomes[i] = oc
+        outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
         results = [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)]
         now = format_timestamp(self.clock())
         claimed: list[Entry] | None = None
@@ -350,18 +356,6 @@ class Forwarder:
 
 def _failed(outcomes: Sequence[SendOutcome]) -> bool:
     return any(o.verdict is Verdict.RETRY for o in outcomes)
-
-
-def _refusal(prev: asyncio.Task[list[SendOutcome]], beside: bool) -> SendOutcome | None:
-    """Why a batch must not be sent after `prev` (None: it may be). Beside a batch still in
-    flight, only a batch already known to have failed stops it."""
-    if not prev.done():
-        return None if beside else retry("not sent: the batch before it was not sent")
-    if prev.cancelled() or prev.exception() is not None:
-        return retry(f"not sent: the batch before it was not {'acknowledged' if beside else 'sent'}")
-    if _failed(prev.result()):
-        return retry("not sent: the batch before it was not acknowledged")
-    return None
 
 
 async def _wait(stop: asyncio.Event, delay: float) -> None:
