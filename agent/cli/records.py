@@ -36,7 +36,7 @@ class ImportTally:
 
     def add(self, lines: list[int], outcomes: list[Outcome]) -> None:
         for line, oc in zip(lines, outcomes, strict=True):
-            d = oc.decision.value
+            d = oc.decision._value_
             self.counts[d] = self.counts.get(d, 0) + 1
             if d == "rejected" and len(self.rejected) < 20:
                 self.rejected.append((line, oc.reason or ""))
@@ -57,7 +57,7 @@ def _json_results(lines: list[int], outcomes: list[Outcome]) -> str:
     plain numbers and fixed words, so they are formatted directly)."""
     dumps = json.dumps
     return "".join(
-        f'{{"line": {line}, "decision": "{oc.decision.value}", "canonical_id": {_num(oc.canonical_id)},'
+        f'{{"line": {line}, "decision": "{oc.decision._value_}", "canonical_id": {_num(oc.canonical_id)},'
         f' "duplicate_of": {_num(oc.duplicate_of)},'
         f' "reason": {"null" if oc.reason is None else dumps(oc.reason)},'
         f' "flags": {dumps(list(oc.flags)) if oc.flags else "[]"}}}\n'

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
@@ -227,14 +228,30 @@ def normalize_timestamp(text: Any, name: str) -> str | None:
     """Normalised text of an optional timestamp (None stays None)."""
     if text is None:
         return None
-    if isinstance(text, str) and (m := _NORMAL.fullmatch(text)) is not None:
-        # Already in normal form (the common case): only check that the date exists.
-        try:
-            datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]))
-            return text
-        except ValueError:
-            pass  # fall through for the full message (or the leap second rule)
+    if not isinstance(text, str):
+        return format_timestamp(parse_timestamp(text, name))
+    m = _NORMAL.fullmatch(text)
+    # Already in normal form (the common case): only check that the date and time exist (what
+    # `datetime(...)` of the six fields checks; dates repeat, so their check is cached). Else the
+    # full parse, for the message (or the leap second rule).
+    if (
+        m is not None
+        and int(m[4]) < 24
+        and int(m[5]) < 60
+        and int(m[6]) < 60
+        and _date_exists(m[1], m[2], m[3])
+    ):
+        return text
     return format_timestamp(parse_timestamp(text, name))
+
+
+@lru_cache(maxsize=4096)
+def _date_exists(year: str, month: str, day: str) -> bool:
+    try:
+        datetime(int(year), int(month), int(day))
+    except ValueError:
+        return False
+    return True
 
 
 # --- content ---------------------------------------------------------------

@@ -107,7 +107,11 @@ def _flat_fast(d: dict[Any, Any]) -> str | None:
             return None
         if type(v) is str and _NEEDS_ESCAPE.search(v) is not None:
             return None
-    return json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _FLAT.encode(d)
+
+
+# What `json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` uses, made once.
+_FLAT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_json(value: Any) -> str:

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -117,6 +118,8 @@ class Observations:
 _EPOCH = datetime(1970, 1, 1)
 
 
+# A channel's time register repeats from poll to poll; typed, so True (no time) is never taken for 1.
+@lru_cache(maxsize=4096, typed=True)
 def time_text(value: int | float, unit: str = "ms", clock: str = "UTC") -> str | None:
     """A PLC time value (ms or s since the Unix epoch, in UTC or a local zone) as contract text.
 

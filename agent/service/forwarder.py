@@ -2,7 +2,8 @@
 Marks a row delivered only on the sink's proof; never decides what an event is (the store did).
 
 Loop: claim the first pending rows (attempts + 1 committed first) -> encode
--> publish -> settle every row by its outcome in one transaction. Rows are
+-> publish -> settle every row by its outcome in one transaction (which also
+claims the next rows when every row was settled for good). Rows are
 marked delivered only on the sink's proof of acknowledgement. Two batches are
 in hand at once: while one is being published, the next is claimed (its
 attempts committed) and encoded, and its publishing starts at once when the
@@ -143,9 +144,10 @@ class Forwarder:
         drain = _Drain(stop, drain_s)
         ahead: collections.deque[_Flight] = collections.deque()
         after = 0  # the last row claimed: the next claim takes the rows after it
+        claimed_none = False  # the claim made with the last settle found nothing: do not ask again at once
         try:
             while not drain.over():
-                if len(ahead) < PIPELINE_DEPTH:
+                if len(ahead) < PIPELINE_DEPTH and not claimed_none:
                     try:
                         entries = await self.outbox.claim(name, self.upstream.read_size, after=after)
                     except StoreError as exc:
@@ -157,17 +159,22 @@ class Forwarder:
                         after = entries[-1].outbox_id
                         ahead.append(self._start(entries, ahead[-1] if ahead else None))
                         continue
+                claimed_none = False
                 if not ahead:
                     after = 0  # idle: the next claim looks from the head (rows queued again by hand)
                     if stop.is_set():
                         break
                     await self._idle(stop)
                     continue
-                delay = await self._finish(ahead.popleft(), drain)
+                delay, claimed = await self._finish(ahead.popleft(), drain, claim_after=after)
                 if delay is None:
+                    if claimed:
+                        after = claimed[-1].outbox_id
+                        ahead.append(self._start(claimed, ahead[-1] if ahead else None))
+                    claimed_none = claimed is not None and not claimed
                     continue
                 while ahead:  # what was sent behind the failed batch: settle it too
-                    later = await self._finish(ahead.popleft(), drain)
+                    later, _ = await self._finish(ahead.popleft(), drain)
                     delay = max(delay, later or 0.0)
                 after = 0  # again from the head of the queue, after the backoff
                 if stop.is_set():
@@ -226,25 +233,35 @@ class Forwarder:
             return [retry("not sent: the batch before it was not acknowledged")] * len(events)
         return await self.sink.publish(events)
 
-    async def _finish(self, flight: _Flight, drain: _Drain) -> float | None:
+    async def _finish(
+        self, flight: _Flight, drain: _Drain, *, claim_after: int | None = None
+    ) -> tuple[float | None, list[Entry] | None]:
         """Wait for a batch's outcomes and settle them; the delay before the next attempt (after
-        which the forwarder starts again from the head of the queue), or None to go on."""
+        which the forwarder starts again from the head of the queue), or None to go on. With
+        `claim_after`, when every row is settled for good and the drain is not over, the next
+        rows after that id are claimed in the same transaction and returned (else None)."""
         if flight.task is not None:
             published = await self._bounded(flight.task, len(flight.events), drain)
             for i, oc in zip(flight.slots, published, strict=True):
                 flight.outcomes[i] = oc
         outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
+        results = [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)]
+        now = format_timestamp(self.clock())
+        claimed: list[Entry] | None = None
         try:
-            await self.outbox.settle(
-                [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)],
-                format_timestamp(self.clock()),
-            )
+            if claim_after is not None and not _failed(outcomes) and not drain.over():
+                up = self.upstream
+                claimed = await self.outbox.settle_and_claim(
+                    results, now, up.name, up.read_size, after=claim_after
+                )
+            else:
+                await self.outbox.settle(results, now)
         except StoreError as exc:
             # The store cannot be written (e.g. a full disk): these rows stay pending and are
             # sent again, same ids, once it can. At least once, never lost; the service goes on.
             await self._store_trouble(exc, drain.stop)
-            return 0.0
-        return await self._account(outcomes)
+            return 0.0, None
+        return await self._account(outcomes), claimed
 
     async def _store_trouble(self, exc: StoreError, stop: asyncio.Event) -> None:
         """Say it once per change, then wait a second (or until stopping) and try again."""

@@ -7,7 +7,8 @@ of that row for that upstream.
 
 Crash safety, step by step (one forwarder per upstream and store):
 1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
-   records and commits `attempts + 1` for them *before* anything is sent. A
+   records and commits `attempts + 1` for them *before* anything is sent (`settle_and_claim()`
+   commits one batch's outcomes and the next rows' attempts together). A
    crash afterwards resends them with the next attempt number, same ids.
 2. The sink publishes and waits for acknowledgements.
 3. `settle()` commits delivered / rejected / retry for the whole batch in one
@@ -26,7 +27,7 @@ the reader's own connection. Nothing here imports a sink.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,15 +37,16 @@ from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityInco
 from agent.core.send_outcome import SendOutcome, Verdict
 from agent.store.connection import WriterConnection
 
-# The queue head through the outbox_pending(upstream, state, outbox_id) index, then each
-# kind's records by primary key in one statement per kind (no join probing four tables per row).
+# The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
+# transition's record (most rows) by primary key in the same statement; the other kinds'
+# records by primary key in one statement per kind (no join probing four tables per row).
 _HEAD = (
-    "SELECT outbox_id, kind, ref_id, attempts, created_at FROM outbox"
-    " WHERE upstream = ? AND state = 'pending' AND outbox_id > ? ORDER BY outbox_id LIMIT ?"
+    "SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at, e.canonical_id, e.source,"
+    " e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival, e.identity_basis"
+    " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
+    " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
 )
 _RECORDS = {
-    "transition": "SELECT canonical_id, source, transition_id, boot_id, source_ts, payload, first_arrival,"
-    " identity_basis FROM events WHERE canonical_id IN (SELECT value FROM json_each(?))",
     "boot_observed": "SELECT boot_row, device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
     " evidence FROM boots WHERE boot_row IN (SELECT value FROM json_each(?))",
     "anomaly": "SELECT anomaly_id, source, boot_id, kind, from_value, to_value, detected_at, evidence"
@@ -83,47 +85,82 @@ class Outbox:
         it claimed before are still in flight (and so still pending)."""
         store = self.store
         async with store.lock:
-            rows = await store.db.execute_fetchall(_HEAD, (upstream, after, limit))
-            if not rows:
-                return []
-            wanted: dict[str, list[int]] = {}
-            for r in rows:
-                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[2])
-            records: dict[str, dict[int, Any]] = {}
-            for table, refs in wanted.items():
-                sql = _RECORDS.get(table)
-                found = await store.db.execute_fetchall(sql, (_ids(refs),)) if sql is not None else []
-                records[table] = {rec[0]: rec for rec in found}
-            async with store.transaction():
-                await store.db.execute(
-                    "UPDATE outbox SET attempts = attempts + 1"
-                    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-                    (_ids([r[0] for r in rows]),),
-                )
-        return [_entry(r, records.get(_TABLE_OF.get(r[1], r[1]), {}).get(r[2])) for r in rows]
+            rows, entries = await self._read(upstream, limit, after)
+            if rows:
+                async with store.transaction():
+                    await self._count_attempts(rows)
+        return entries
 
     async def settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
         """Record the outcome of every (outbox_id, outcome) of one batch in one transaction.
         The delivered rows (most of a batch) are one statement over the list of their ids."""
-        delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
-        refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
-        retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
         store = self.store
         async with store.lock, store.transaction():
-            if delivered:
-                await store.db.execute(
-                    "UPDATE outbox SET state = 'delivered', sent_at = ?"
-                    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-                    (now, _ids(delivered)),
-                )
-            if refused:
-                await store.db.executemany(
-                    "UPDATE outbox SET state = 'rejected', last_error = ?"
-                    " WHERE outbox_id = ? AND state = 'pending'",
-                    refused,
-                )
-            if retried:
-                await store.db.executemany("UPDATE outbox SET last_error = ? WHERE outbox_id = ?", retried)
+            await self._settle(results, now)
+
+    async def settle_and_claim(
+        self, results: Sequence[tuple[int, SendOutcome]], now: str, upstream: str, limit: int, *, after: int
+    ) -> list[Entry]:
+        """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
+        (one commit instead of two per batch): the outcomes and the next rows' `attempts + 1` are
+        committed together, before any of the next rows is sent; on an error neither is."""
+        store = self.store
+        async with store.lock, store.transaction():
+            await self._settle(results, now)
+            rows, entries = await self._read(upstream, limit, after)
+            if rows:
+                await self._count_attempts(rows)
+        return entries
+
+    async def _read(self, upstream: str, limit: int, after: int) -> tuple[list[Any], list[Entry]]:
+        """Inside the lock: the queue head's rows and their entries (attempt numbers as they
+        will be once `_count_attempts(rows)` is committed)."""
+        db = self.store.db
+        rows = list(await db.execute_fetchall(_HEAD, (upstream, after, limit)))
+        if not rows:
+            return [], []
+        wanted: dict[str, list[int]] = {}
+        for r in rows:
+            if r[1] != "transition":
+                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[2])
+        records: dict[str, dict[int, Any]] = {}
+        for table, refs in wanted.items():
+            sql = _RECORDS.get(table)
+            found = await db.execute_fetchall(sql, (_ids(refs),)) if sql is not None else []
+            records[table] = {rec[0]: rec for rec in found}
+        return rows, _entries(rows, records)
+
+    async def _count_attempts(self, rows: Sequence[Any]) -> None:
+        """Inside the lock and a transaction: `attempts + 1` for the rows read."""
+        await self.store.db.execute(
+            "UPDATE outbox SET attempts = attempts + 1"
+            " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
+            (_ids([r[0] for r in rows]),),
+        )
+
+    async def _settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
+        """Inside the lock and a transaction: write each row's outcome."""
+        delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
+        refused: list[tuple[str, int]] = []
+        retried: list[tuple[str, int]] = []
+        if len(delivered) < len(results):
+            refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
+            retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
+        db = self.store.db
+        if delivered:
+            await db.execute(
+                "UPDATE outbox SET state = 'delivered', sent_at = ?"
+                " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
+                (now, _ids(delivered)),
+            )
+        if refused:
+            await db.executemany(
+                "UPDATE outbox SET state = 'rejected', last_error = ?"
+                " WHERE outbox_id = ? AND state = 'pending'",
+                refused,
+            )
+        if retried:
+            await db.executemany("UPDATE outbox SET last_error = ? WHERE outbox_id = ?", retried)
 
     async def last_pending_id(self, upstream: str) -> int:
         """The newest pending row's id (0 when none): the end of the backlog right now."""
@@ -237,14 +274,27 @@ def _err(oc: SendOutcome) -> str:
     return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
 
 
+def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[Entry]:
+    """The claimed outbox rows (the head query's) with their records: a transition's is in its
+    row (columns 5 on; NULL when it is gone), the other kinds' in `records` by table and id."""
+    out: list[Entry] = []
+    append = out.append
+    for r in rows:
+        kind = r[1]
+        if kind == "transition":
+            rec = None if r[5] is None else Transition(r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12])
+            append(Entry(r[0], kind, r[2], int(r[3]) + 1, r[4], rec))
+        else:
+            append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[2])))
+    return out
+
+
 def _entry(r: Any, rec_row: Any) -> Entry:
     """An outbox row (id, kind, ref_id, attempts, created_at) with its record's row (None: gone)."""
     kind = r[1]
     rec: Record | None = None
     if rec_row is None:
         pass
-    elif kind == "transition":
-        rec = Transition(*rec_row)
     elif kind == "boot_observed":
         x = rec_row
         rec = BootObserved(x[0], x[1], x[2], x[3], x[4], x[5], bool(x[6]), x[7])

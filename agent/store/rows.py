@@ -72,7 +72,7 @@ def arrival_row(arrival_id: int, item: Delivery | Rejection, oc: Outcome) -> tup
             item.arrival_at,
             item.receiver,
             None,
-            oc.decision.value,
+            oc.decision._value_,  # the member's text without the property lookup
             None,
             oc.reason,
             flags,
@@ -90,7 +90,7 @@ def arrival_row(arrival_id: int, item: Delivery | Rejection, oc: Outcome) -> tup
         item.arrival_at,
         item.receiver,
         item.payload_hash,
-        oc.decision.value,
+        oc.decision._value_,  # the member's text without the property lookup
         oc.canonical_id,
         oc.reason,
         flags,

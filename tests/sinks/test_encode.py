@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.core.contract import ContractError
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.sinks import encode as encode_module
 from agent.sinks.encode import EncodeError, Event, batch_body, encode, render_topic
@@ -301,3 +302,55 @@ def test_the_direct_body_is_exactly_what_the_json_encoder_writes(
     parts = encode_module._Parts(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')
     direct = encode_module._body(parts, gateway, attempt, replayed)
     assert direct == encode_module._body_general(parts, gateway, attempt, replayed)
+
+
+def _general(e: Entry, site: str, gateway: str, replayed: bool) -> Event:
+    rec = e.record
+    assert isinstance(rec, Transition)
+    parts = encode_module._transition(rec, site)
+    body = encode_module._body(parts, gateway, e.attempt, replayed).encode()
+    return Event(e.outbox_id, parts.source, parts.id, parts.type, e.kind, parts.device, parts.channel, body)
+
+
+@given(
+    source=st.sampled_from(["PUMP-07/Trip", "PUMP 07/Trip", "dev", "dev/", "a/b/c", "é/ü"]) | st.text(),
+    tid=st.sampled_from(["T91", "42", "a:b"]) | st.text(),
+    boot=st.sampled_from(["B17", "x y"]) | st.text(),
+    ts=st.none() | st.sampled_from(["2026-04-22T08:00:12.120Z"]) | st.text(),
+    arrival=st.sampled_from(["2026-04-22T08:00:12.180Z"]) | st.text(),
+    basis=st.sampled_from(["counter", "event_id", "window"]) | st.text(),
+    site=st.sampled_from([SITE, "bad site"]),
+    gateway=st.sampled_from([GW, 'g"w']) | st.text(),
+    attempt=st.integers(min_value=1, max_value=10**6),
+    replayed=st.booleans(),
+)
+def test_the_transition_fast_path_writes_exactly_the_general_event(
+    source: str,
+    tid: str,
+    boot: str,
+    ts: str | None,
+    arrival: str,
+    basis: str,
+    site: str,
+    gateway: str,
+    attempt: int,
+    replayed: bool,
+) -> None:
+    rec = Transition(3, source, tid, boot, ts, '{"n":1}', arrival, basis)
+    e = entry(rec, attempt)
+    fast = encode_module._transition_fast(e, rec, site, gateway, replayed)
+    try:
+        general = _general(e, site, gateway, replayed)
+    except ContractError:  # the general path refuses it: so must the fast path
+        assert fast is None
+        return
+    assert fast is None or fast == general
+    assert encode(e, site=site, gateway=gateway, replayed=replayed, store_id=STORE_ID) == general
+
+
+def test_the_common_transition_takes_the_fast_path() -> None:
+    rec = tr()
+    e = entry(rec)
+    fast = encode_module._transition_fast(e, rec, SITE, GW, True)
+    assert fast is not None
+    assert fast == _general(e, SITE, GW, True)

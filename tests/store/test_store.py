@@ -14,6 +14,7 @@ from agent.core.decide import BootSighting
 from agent.core.errors import StoreError, StoreFull
 from agent.core.intake import parse_delivery
 from agent.core.records import BootObserved, ChannelAnomaly, IdentityIncomplete, Transition
+from agent.core.send_outcome import DELIVERED, rejected, retry
 from agent.store import report
 from agent.store.schema import MIGRATIONS
 from agent.store.store import Store
@@ -189,6 +190,68 @@ async def test_claim_after_an_id_takes_the_next_pending_rows_and_counts_their_at
     assert ids == sorted(ids) and len(set(ids)) == 7
     assert [e.attempt for e in first + second + third] == [1] * 7
     assert [(e.outbox_id, e.attempt) for e in again] == [(e.outbox_id, 2) for e in first[:2]]
+
+
+async def test_settle_and_claim_commits_the_outcomes_and_the_next_attempts_together(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record([d(str(n), "B17") for n in range(6)])  # 6 transitions + 1 boot_observed
+    first = await store.outbox.claim("central", 3)
+    second = await store.outbox.claim("central", 2, after=first[-1].outbox_id)
+    outcomes = [DELIVERED, rejected("refused"), retry("timeout")]
+    third = await store.outbox.settle_and_claim(
+        [(e.outbox_id, oc) for e, oc in zip(first, outcomes, strict=True)],
+        "2026-04-22T08:00:01.000Z",
+        "central",
+        5,
+        after=second[-1].outbox_id,
+    )
+    await store.close()
+    assert [e.outbox_id for e in third] == list(range(second[-1].outbox_id + 1, first[0].outbox_id + 7))
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        rows = con.execute("SELECT state, attempts, last_error FROM outbox ORDER BY outbox_id").fetchall()
+    assert rows[:3] == [("delivered", 1, None), ("rejected", 1, "refused"), ("pending", 1, "timeout")]
+    assert rows[3:] == [("pending", 1, None)] * 4  # the second batch and the two rows just claimed
+
+
+async def test_settle_and_claim_that_fails_commits_neither(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record([d(str(n), "B17") for n in range(4)])
+    first = await store.outbox.claim("central", 2)
+    with sqlite3.connect(tmp_path / "s.db") as con:  # counting the next attempts fails
+        con.execute(
+            "CREATE TRIGGER no_attempts BEFORE UPDATE OF attempts ON outbox BEGIN SELECT RAISE(ABORT, 'no'); END"
+        )
+    with pytest.raises(StoreError):
+        await store.outbox.settle_and_claim(
+            [(e.outbox_id, DELIVERED) for e in first],
+            "2026-04-22T08:00:01.000Z",
+            "central",
+            5,
+            after=first[-1].outbox_id,
+        )
+    await store.close()
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        rows = con.execute("SELECT state, attempts FROM outbox ORDER BY outbox_id").fetchall()
+    assert rows == [("pending", 1)] * 2 + [("pending", 0)] * 3  # the acknowledged rows go out again
+
+
+async def test_a_claimed_transition_whose_record_is_gone_has_none(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record([d("1", "B17"), d("2", "B17")])
+    await store.close()
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        con.execute("PRAGMA foreign_keys=OFF")
+        con.execute("DELETE FROM events WHERE transition_id = '1'")
+    store = await Store.open(tmp_path / "s.db")
+    entries = await store.outbox.claim("central", 10)
+    await store.close()
+    got = [
+        (e.kind, e.record.transition_id if isinstance(e.record, Transition) else e.record) for e in entries
+    ]
+    assert [g for g in got if g[0] == "transition"] == [("transition", None), ("transition", "2")]
 
 
 async def test_claim_returns_every_kind_with_its_record(tmp_path: Path) -> None:

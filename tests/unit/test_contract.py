@@ -156,3 +156,40 @@ def test_cloudevents_source_is_injective_over_device_and_channel(device: str, ch
     encoded = ce_source("site", source)
     _, dev, ch = encoded.split("/")
     assert (unquote(dev), unquote(ch)) == (device, channel)
+
+
+def _normalised_the_long_way(text: str) -> str | Exception:
+    """What `normalize_timestamp` gives when the normal form is not taken as it is."""
+    from agent.core.contract import format_timestamp, parse_timestamp
+
+    try:
+        return format_timestamp(parse_timestamp(text, "sourceTimestamp"))
+    except ContractError as exc:
+        return exc
+
+
+_TWO = st.integers(min_value=0, max_value=99).map(lambda n: f"{n:02d}")
+
+
+@given(
+    year=st.integers(min_value=0, max_value=9999).map(lambda n: f"{n:04d}"),
+    month=_TWO,
+    day=_TWO,
+    hour=_TWO,
+    minute=_TWO,
+    second=_TWO,
+    millis=st.integers(min_value=0, max_value=999).map(lambda n: f"{n:03d}"),
+)
+def test_a_timestamp_in_normal_form_is_kept_exactly_when_it_exists(
+    year: str, month: str, day: str, hour: str, minute: str, second: str, millis: str
+) -> None:
+    text = f"{year}-{month}-{day}T{hour}:{minute}:{second}.{millis}Z"
+    long_way = _normalised_the_long_way(text)
+    try:
+        got: str | Exception = normalize_timestamp(text, "sourceTimestamp") or ""
+    except ContractError as exc:
+        got = exc
+    if isinstance(long_way, Exception):
+        assert isinstance(got, ContractError)
+    else:
+        assert got == long_way

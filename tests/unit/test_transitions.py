@@ -262,3 +262,13 @@ def test_time_text(value: int, unit: str, clock: str, text: str | None) -> None:
 
 def test_subtract_leaves_ranges_of_what_was_not_taken() -> None:
     assert subtract([(2, 9)], {2, 5, 9}) == [(3, 4), (6, 8)]
+
+
+def test_time_text_never_takes_a_boolean_for_the_number_it_equals() -> None:
+    # time_text remembers its answers (a channel's time register repeats): 1 and True, 1 and
+    # 1.0 must still be answered apart.
+    assert time_text(1) == "1970-01-01T00:00:00.001Z"
+    assert time_text(True) is None
+    assert time_text(1.0, "s") == "1970-01-01T00:00:01.000Z"
+    assert time_text(1, "s") == "1970-01-01T00:00:01.000Z"
+    assert time_text(True, "s") is None

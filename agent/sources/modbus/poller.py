@@ -52,6 +52,13 @@ logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; 
 SPLIT_FOR_S = 30.0
 MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
 TORN_RETRIES = 3
+# The client's read method of each table: the only requests this agent ever sends (function codes 1-4).
+_READ_OF = {
+    "holding": "read_holding_registers",
+    "input": "read_input_registers",
+    "coil": "read_coils",
+    "discrete": "read_discrete_inputs",
+}
 
 
 def _now() -> str:
@@ -193,12 +200,7 @@ class ModbusSource:
             raise SourceUnavailable("not connected")
         # Read-only on purpose: these four are the only requests this agent ever sends (function
         # codes 1-4); nothing here can write to a controller.
-        fn = {
-            "holding": self.client.read_holding_registers,
-            "input": self.client.read_input_registers,
-            "coil": self.client.read_coils,
-            "discrete": self.client.read_discrete_inputs,
-        }[block.table]
+        fn = getattr(self.client, _READ_OF[block.table])
         try:
             async with asyncio.timeout(self.conn.timeout + 0.5):
                 rr = await fn(block.start, count=block.count, device_id=self.conn.unit)
