@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from agent.core.wording import days_ahead
 from agent.service import logs, process
 from agent.store import budget
 from agent.store.reader import Reader
+from agent.store.reserve import reserve_given_away
 
 STALE_AFTER_S = 30.0
 # Below this much free space on the store's filesystem, SQLite cannot commit (new pages, WAL
@@ -152,13 +153,16 @@ async def collect_status(
     alive = process.alive(pid, (service or {}).get("process")) if pid is not None else None
     life = liveness(pid, alive, updated_at, age, stale_after_s)
     running = life.state == RUNNING
-    retention, quota = None, None
+    retention, quota, reserve = None, None, 0
     with contextlib.suppress(ConfigError, OSError):  # status works with --db alone, too
         store_cfg = load(config_path, check_files=False).store
-        retention, quota = store_cfg.retention, store_cfg.max_size
+        retention, quota, reserve = store_cfg.retention, store_cfg.max_size, store_cfg.reserve
     high_water = retention.high_water if isinstance(retention, RetentionSettings) else 0.8
     keep = retention.payloads.days if isinstance(retention, RetentionSettings) else None
-    b = budget.assess(await reader.measure(now, quota), high_water, keep)
+    facts = await reader.measure(now, quota)
+    if given := reserve_given_away(reader.path, reserve):  # released for the last commits: no room
+        facts = replace(facts, fs_free_bytes=max(0, facts.fs_free_bytes - given))
+    b = budget.assess(facts, high_water, keep)
     upstreams = [asdict(c) for c in await reader.outbox_counts()]
     return {
         "now": format_timestamp(now),

@@ -31,6 +31,19 @@ def fs_free_bytes(store_path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def reserve_given_away(store_path: str, size: int) -> int:
+    """Bytes of a configured reserve of `size` that its file does not hold now (read only: 0 when
+    the reserve is in place). Free space that a released reserve left on the filesystem is kept
+    for the last commits, so `status` does not count it as room."""
+    if size <= 0:
+        return 0
+    try:
+        held = Path(f"{store_path}.reserve").stat().st_blocks * 512
+    except OSError:
+        held = 0
+    return max(0, size - held)
+
+
 class Reserve:
     """The reserve file of one store; `size` 0 keeps none."""
 
