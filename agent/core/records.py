@@ -10,13 +10,16 @@ the encoder can splice them into the event without parsing them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 KINDS = ("transition", "boot_observed", "gap", "anomaly", "identity_incomplete")
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """A canonical event (`events` row). `basis` is its identity basis (`agent.core.basis`)."""
+class Transition(NamedTuple):
+    """A canonical event (`events` row). `basis` is its identity basis (`agent.core.basis`).
+
+    A named tuple, like `Entry`: a backlog drain builds one of each per row, and a frozen
+    dataclass cost about 1 µs each to build (a tenth of a drain's time per event)."""
 
     canonical_id: int
     source: str
@@ -74,8 +77,7 @@ class IdentityIncomplete:
 Record = Transition | BootObserved | ChannelAnomaly | IdentityIncomplete
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One claimed outbox row. `attempt` is this attempt's number (1, 2, ...), already stored.
 
     `record` is None when the referenced row no longer exists (it cannot be

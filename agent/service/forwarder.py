@@ -88,6 +88,7 @@ class ForwarderState:
 
 
 PIPELINE_DEPTH = 2  # batches claimed and in flight at once: the next read is ready when one settles
+ENCODE_SLICE = 250  # rows encoded between two turns of the event loop
 
 
 @dataclass(eq=False)
@@ -157,7 +158,8 @@ class Forwarder:
                         entries = []  # settle what is in flight first
                     if entries:
                         after = entries[-1].outbox_id
-                        ahead.append(self._start(entries, ahead[-1] if ahead else None))
+                        flight = await self._encode(entries)
+                        ahead.append(self._launch(flight, ahead[-1] if ahead else None))
                         continue
                 claimed_none = False
                 if not ahead:
@@ -168,10 +170,10 @@ class Forwarder:
                     continue
                 delay, claimed = await self._finish(ahead.popleft(), drain, claim_after=after)
                 if delay is None:
-                    if claimed:
-                        after = claimed[-1].outbox_id
-                        ahead.append(self._start(claimed, ahead[-1] if ahead else None))
-                    claimed_none = claimed is not None and not claimed
+                    if claimed is not None and claimed.entries:
+                        after = claimed.entries[-1].outbox_id
+                        ahead.append(self._launch(claimed, ahead[-1] if ahead else None))
+                    claimed_none = claimed is not None and not claimed.entries
                     continue
                 while ahead:  # what was sent behind the failed batch: settle it too
                     later, _ = await self._finish(ahead.popleft(), drain)
@@ -188,24 +190,28 @@ class Forwarder:
             await asyncio.gather(*(f.task for f in ahead if f.task is not None), return_exceptions=True)
         log.info("forwarder stopped upstream=%s", name)
 
-    def _start(self, entries: Sequence[Entry], before: _Flight | None) -> _Flight:
-        """Encode claimed rows and start publishing them (behind `before` when the sink cannot overlap)."""
+    async def _encode(self, entries: Sequence[Entry]) -> _Flight:
+        """Encode claimed rows into a batch (nothing sent yet). Yields to the loop every
+        `ENCODE_SLICE` rows, so the store's statements of a settle running meanwhile (on its own
+        thread) go on while this runs."""
         flight = _Flight(entries, [None] * len(entries), [], [], None)
+        events, slots, outcomes = flight.events, flight.slots, flight.outcomes
+        outage, until = self._outage, self._replay_until
+        site, gateway, store_id = self.site, self.gateway, self.store_id
         for i, entry in enumerate(entries):
-            replayed = self._outage or entry.attempt > 1 or entry.outbox_id <= self._replay_until
+            if i and not i % ENCODE_SLICE:
+                await asyncio.sleep(0)
+            replayed = outage or entry.attempt > 1 or entry.outbox_id <= until
             try:
-                flight.events.append(
-                    encode(
-                        entry,
-                        site=self.site,
-                        gateway=self.gateway,
-                        replayed=replayed,
-                        store_id=self.store_id,
-                    )
-                )
-                flight.slots.append(i)
+                events.append(encode(entry, site=site, gateway=gateway, replayed=replayed, store_id=store_id))
+                slots.append(i)
             except EncodeError as exc:
-                flight.outcomes[i] = rejected(str(exc))
+                outcomes[i] = rejected(str(exc))
+        return flight
+
+    def _launch(self, flight: _Flight, before: _Flight | None) -> _Flight:
+        """Start publishing an encoded batch (behind `before` when the sink cannot overlap calls).
+        Only for rows whose attempts are committed."""
         if flight.events:
             prev = before.task if before is not None else None
             if prev is None:
@@ -235,11 +241,13 @@ class Forwarder:
 
     async def _finish(
         self, flight: _Flight, drain: _Drain, *, claim_after: int | None = None
-    ) -> tuple[float | None, list[Entry] | None]:
+    ) -> tuple[float | None, _Flight | None]:
         """Wait for a batch's outcomes and settle them; the delay before the next attempt (after
         which the forwarder starts again from the head of the queue), or None to go on. With
         `claim_after`, when every row is settled for good and the drain is not over, the next
-        rows after that id are claimed in the same transaction and returned (else None)."""
+        rows after that id are claimed in the same transaction and encoded while it is written
+        and committed; they come back as a batch not yet published (no rows: an empty one; no
+        claim made: None)."""
         if flight.task is not None:
             published = await self._bounded(flight.task, len(flight.events), drain)
             for i, oc in zip(flight.slots, published, strict=True):
@@ -247,18 +255,21 @@ class Forwarder:
         outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
         results = [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)]
         now = format_timestamp(self.clock())
-        claimed: list[Entry] | None = None
+        claimed: _Flight | None = None
         try:
             if claim_after is not None and not _failed(outcomes) and not drain.over():
                 up = self.upstream
-                claimed = await self.outbox.settle_and_claim(
-                    results, now, up.name, up.read_size, after=claim_after
+                entries, claimed = await self.outbox.settle_and_claim_prepared(
+                    results, now, up.name, up.read_size, after=claim_after, prepare=self._encode
                 )
+                if claimed is None:  # nothing was read
+                    claimed = _Flight(entries, [], [], [], None)
             else:
                 await self.outbox.settle(results, now)
         except StoreError as exc:
             # The store cannot be written (e.g. a full disk): these rows stay pending and are
             # sent again, same ids, once it can. At least once, never lost; the service goes on.
+            # The rows claimed with them were not committed either: their batch is dropped.
             await self._store_trouble(exc, drain.stop)
             return 0.0, None
         return await self._account(outcomes), claimed

@@ -27,9 +27,10 @@ the reader's own connection. Nothing here imports a sink.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -57,6 +58,8 @@ _RECORDS = {
 _TABLE_OF = {"gap": "anomaly"}  # gaps and anomalies are both rows of `anomalies`
 
 MAX_ERROR_CHARS = 500
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +107,50 @@ class Outbox:
         """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
         (one commit instead of two per batch): the outcomes and the next rows' `attempts + 1` are
         committed together, before any of the next rows is sent; on an error neither is."""
-        store = self.store
-        async with store.lock, store.transaction():
-            await self._settle(results, now)
-            rows, entries = await self._read(upstream, limit, after)
-            if rows:
-                await self._count_attempts(rows)
+        entries, _ = await self.settle_and_claim_prepared(results, now, upstream, limit, after=after)
         return entries
+
+    async def settle_and_claim_prepared(
+        self,
+        results: Sequence[tuple[int, SendOutcome]],
+        now: str,
+        upstream: str,
+        limit: int,
+        *,
+        after: int,
+        prepare: Callable[[list[Entry]], Awaitable[T]] | None = None,
+    ) -> tuple[list[Entry], T | None]:
+        """`settle_and_claim`, and `await prepare(entries)` on the next rows while the outcomes and
+        their attempts are being written and committed (on the store's thread): the next rows are
+        read first in the transaction, handed to `prepare`, and returned with its result once the
+        transaction is committed. Nothing may be sent before this returns (the attempts are
+        committed only then); when the transaction fails, the error is raised and what `prepare`
+        made must be thrown away. `prepare` must yield now and then (`await asyncio.sleep(0)`),
+        else the store's statements wait for it."""
+        store = self.store
+        async with store.lock:
+            read: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+
+            async def write() -> None:
+                async with store.transaction():
+                    rows, entries = await self._read(upstream, limit, after)
+                    read.set_result(entries)
+                    await self._settle(results, now)
+                    if rows:
+                        await self._count_attempts(rows)
+
+            task = asyncio.create_task(write(), name=f"settle[{upstream}]")
+            prepared: T | None = None
+            try:
+                waits: set[asyncio.Future[Any]] = {read, task}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if read.done() and prepare is not None:
+                    prepared = await prepare(read.result())
+            finally:
+                # The transaction ends (committed or rolled back) before the lock is let go.
+                await asyncio.wait({task})
+            task.result()  # the store's error, if any: then nothing of this is committed
+            return read.result(), prepared
 
     async def _read(self, upstream: str, limit: int, after: int) -> tuple[list[Any], list[Entry]]:
         """Inside the lock: the queue head's rows and their entries (attempt numbers as they
@@ -279,11 +319,12 @@ def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[En
     row (columns 5 on; NULL when it is gone), the other kinds' in `records` by table and id."""
     out: list[Entry] = []
     append = out.append
+    new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
     for r in rows:
         kind = r[1]
         if kind == "transition":
-            rec = None if r[5] is None else Transition(r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12])
-            append(Entry(r[0], kind, r[2], int(r[3]) + 1, r[4], rec))
+            rec = None if r[5] is None else new(Transition, r[5:13])
+            append(new(Entry, (r[0], kind, r[2], r[3] + 1, r[4], rec)))
         else:
             append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[2])))
     return out
