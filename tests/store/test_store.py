@@ -237,6 +237,73 @@ async def test_settle_and_claim_that_fails_commits_neither(tmp_path: Path) -> No
     assert rows == [("pending", 1)] * 2 + [("pending", 0)] * 3  # the acknowledged rows go out again
 
 
+async def test_settle_and_claim_prepared_hands_the_next_rows_over_before_their_commit_and_returns_after(
+    tmp_path: Path,
+) -> None:
+    # The forwarder encodes the next rows while the batch before them is settled: `prepare` gets
+    # exactly the rows returned, with the attempt numbers that are committed when it returns.
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record([d(str(n), "B17") for n in range(6)])  # 6 transitions + 1 boot_observed
+    first = await store.outbox.claim("central", 3)
+    seen: list[list[tuple[int, int]]] = []
+
+    async def prepare(entries: list[Any]) -> str:
+        seen.append([(e.outbox_id, e.attempt) for e in entries])
+        return "made"
+
+    nxt, made = await store.outbox.settle_and_claim_prepared(
+        [(e.outbox_id, DELIVERED) for e in first],
+        "2026-04-22T08:00:01.000Z",
+        "central",
+        10,
+        after=first[-1].outbox_id,
+        prepare=prepare,
+    )
+    await store.close()
+    assert made == "made"
+    assert seen == [[(e.outbox_id, e.attempt) for e in nxt]]
+    assert [e.outbox_id for e in nxt] == list(range(first[-1].outbox_id + 1, first[0].outbox_id + 7))
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        rows = con.execute("SELECT outbox_id, state, attempts FROM outbox ORDER BY outbox_id").fetchall()
+    assert [r[1:] for r in rows[:3]] == [("delivered", 1)] * 3
+    assert [(r[0], r[2]) for r in rows[3:]] == [(e.outbox_id, e.attempt) for e in nxt]
+    assert all(r[1] == "pending" for r in rows[3:])
+
+
+async def test_settle_and_claim_prepared_that_fails_commits_neither_and_raises(tmp_path: Path) -> None:
+    # `prepare` may already have run on the next rows when the commit fails: the error is
+    # raised (what it made is not returned), nothing is committed, and the rows stay pending.
+    store = await Store.open(tmp_path / "s.db")
+    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
+    await store.record([d(str(n), "B17") for n in range(4)])
+    first = await store.outbox.claim("central", 2)
+    with sqlite3.connect(tmp_path / "s.db") as con:  # counting the next attempts fails
+        con.execute(
+            "CREATE TRIGGER no_attempts BEFORE UPDATE OF attempts ON outbox BEGIN SELECT RAISE(ABORT, 'no'); END"
+        )
+    prepared: list[int] = []
+
+    async def prepare(entries: list[Any]) -> None:
+        prepared.extend(e.outbox_id for e in entries)
+
+    with pytest.raises(StoreError):
+        await store.outbox.settle_and_claim_prepared(
+            [(e.outbox_id, DELIVERED) for e in first],
+            "2026-04-22T08:00:01.000Z",
+            "central",
+            5,
+            after=first[-1].outbox_id,
+            prepare=prepare,
+        )
+    # The store is usable afterwards (the transaction ended, the lock was let go).
+    assert [c.pending for c in await store.outbox.counts()] == [5]
+    await store.close()
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        rows = con.execute("SELECT state, attempts FROM outbox ORDER BY outbox_id").fetchall()
+    assert rows == [("pending", 1)] * 2 + [("pending", 0)] * 3  # the acknowledged rows go out again
+
+
 async def test_a_claimed_transition_whose_record_is_gone_has_none(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "s.db")
     await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
