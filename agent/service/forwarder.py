@@ -254,6 +254,7 @@ class Forwarder:
                 flight.outcomes[i] = oc
         outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
         results = [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)]
+        del flight  # its rows and events can go before the next rows are encoded: two batches in memory
         now = format_timestamp(self.clock())
         claimed: _Flight | None = None
         try:
