@@ -10,7 +10,9 @@ attempts committed) and encoded, and its publishing starts at once when the
 sink can overlap calls and is connected (MQTT: the window of messages in
 flight stays full across reads; never after the batch before it failed), else
 right after the batch before it was acknowledged in full (HTTP: claim and
-settle overlap the POSTs; the order stays the outbox order). When any row
+settle overlap the POSTs; the order stays the outbox order). The rows claimed
+with a settle are encoded while that transaction is written and committed on the
+store's thread; none of them is published before the commit. When any row
 comes back `retry`, the forwarder backs off (capped exponential, jittered,
 `Retry-After` honoured) and starts again from the head of the queue, so the
 backlog is kept and its first arrival upstream stays in insertion order; new

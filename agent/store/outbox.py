@@ -8,7 +8,9 @@ of that row for that upstream.
 Crash safety, step by step (one forwarder per upstream and store):
 1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
    records and commits `attempts + 1` for them *before* anything is sent (`settle_and_claim()`
-   commits one batch's outcomes and the next rows' attempts together). A
+   commits one batch's outcomes and the next rows' attempts together;
+   `settle_and_claim_prepared()` hands the next rows to the caller's encoder while that
+   transaction is written, and returns only once it is committed). A
    crash afterwards resends them with the next attempt number, same ids.
 2. The sink publishes and waits for acknowledgements.
 3. `settle()` commits delivered / rejected / retry for the whole batch in one
