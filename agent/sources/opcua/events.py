@@ -35,6 +35,7 @@ class SubscriptionHandler:
 
     def __init__(self) -> None:
         self.trigger = asyncio.Event()
+        self.arrived = asyncio.Event()  # an event since the last `drain`
         self.events: list[Any] = []
 
     def datachange_notification(self, node: Any, val: Any, data: Any) -> None:
@@ -43,6 +44,7 @@ class SubscriptionHandler:
     def event_notification(self, event: Any) -> None:
         self.events.append(event)
         self.trigger.set()
+        self.arrived.set()
 
     def status_change_notification(self, status: Any) -> None:
         self.trigger.set()
@@ -50,6 +52,12 @@ class SubscriptionHandler:
     def take_events(self) -> list[Any]:
         """The events received since the last call; clears the trigger for the read they cause."""
         self.trigger.clear()
+        return self.drain()
+
+    def drain(self) -> list[Any]:
+        """The events received since the last call, leaving the trigger as it is (what else
+        arrived still causes a read)."""
+        self.arrived.clear()
         events, self.events = self.events, []
         return events
 

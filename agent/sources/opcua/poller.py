@@ -34,7 +34,7 @@ from agent.config.sources import Device, OpcUa
 from agent.core.alarms import AlarmMemoryReader, AlarmTracker
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
-from agent.core.snapshot import Observations, Snapshot
+from agent.core.snapshot import Observations, RingItem, Snapshot
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.opcua.alarms import AlarmLink, ua
@@ -77,6 +77,7 @@ class OpcUaSource:
         self.keys: list[str] = []
         self.nodes: list[Any] = []
         self.handler = SubscriptionHandler()
+        self.event_tids: dict[str, int] = {}  # channel -> transitionId of its last event (this session)
         self.lost = asyncio.Event()
         self.next_reconcile = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver})')
@@ -173,6 +174,7 @@ class OpcUaSource:
         """A fresh handler; the boot id, every transition counter and the state of every window
         channel (it has no counter) trigger a read when they change."""
         self.handler = SubscriptionHandler()
+        self.event_tids = {}
         window_states = {f"{ch.name}.state" for ch in self.dev.channels if ch.transition_id is None}
         watched = [
             n
@@ -217,14 +219,55 @@ class OpcUaSource:
         """The events received since the last poll, then a reconciling read of every node."""
         self.polls += 1
         alarms = await self._alarm_poll()
-        events = self.handler.take_events()
+        read_at = self.clock()
+        items = self._event_items(self.handler.take_events())
         if self.conn.subscribe:
             self.next_reconcile = time.monotonic() + self.conn.reconcile
-        read_at = self.clock()
-        items = [e for e in (event_item(self.dev, ev, self.errors) for ev in events) if e is not None]
-        first = self.tracker.observe_entries(items, read_at=read_at, receiver=self.receiver)
         snap = await self.snapshot()
+        if self.conn.subscribe and self.dev.events is not None:
+            items += await self._events_up_to(snap)
+        first = self.tracker.observe_entries(items, read_at=read_at, receiver=self.receiver)
         return merge(alarms, first, self.tracker.observe(snap))
+
+    def _event_items(self, events: list[Any]) -> list[RingItem]:
+        items = [e for e in (event_item(self.dev, ev, self.errors) for ev in events) if e is not None]
+        for item in items:
+            if item.channel is not None:
+                self.event_tids[item.channel] = item.transition_id
+        return items
+
+    async def _events_up_to(self, snap: Snapshot) -> list[RingItem]:
+        """The events of the transitions this read already shows, as they arrive.
+
+        A server queues events until its next publish, so a read triggered by a data change
+        sees counters (and a ring head) ahead of the events received. Judged at once, the read
+        would record as a gap or an overrun what the next publish delivers. So the read is
+        judged after the events up to its counters arrived, waiting at most one publishing
+        interval plus the request timeout; what has not come by then is judged missing (and
+        recorded). Only channels that had an event in this session are waited for: a channel
+        whose transitions the server sends no event of does not slow the reads."""
+        items: list[RingItem] = []
+        deadline = time.monotonic() + self.conn.publishing + self.conn.timeout
+        while self._behind(snap) and not self.lost.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self.handler.arrived.wait()
+            items += self._event_items(self.handler.drain())
+        return items
+
+    def _behind(self, snap: Snapshot) -> bool:
+        """Whether a channel's counter in ``snap`` moved past the last event of that channel."""
+        for ch in snap.channels:
+            tid, last_event = ch.transition_id, self.event_tids.get(ch.channel)
+            if tid is None or last_event is None or tid == self.tracker.counters.get(ch.channel):
+                continue
+            ahead = (tid - last_event) % 2**ch.bits
+            if 0 < ahead < 2 ** (ch.bits - 1):
+                return True
+        return False
 
     async def probe(self) -> Snapshot:
         """One read of every node, without touching the tracker (``check --probe``)."""
