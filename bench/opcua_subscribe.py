@@ -52,6 +52,7 @@ from agent.core.decide import Outcome  # noqa: E402
 from agent.core.snapshot import Observations  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
 from agent.sources.base import run_source  # noqa: E402
+from agent.sources.opcua.events import EVENT_SELECT  # noqa: E402
 from agent.sources.opcua.poller import OpcUaSource  # noqa: E402
 from agent.sources.opcua.session import EVENT_QUEUE_SIZE  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
@@ -130,7 +131,12 @@ class Simulator:
         else:
             args = [sys.executable, str(Path(__file__).resolve()), "--serve", "--ring", str(ring)]
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            args,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         self.endpoint = str(self._answer("READY")["endpoint"])
         self.made = 0  # transitions made so far: the next burst's ids follow
@@ -279,9 +285,14 @@ async def agent_round(
     }
 
 
-async def bare_round(sim: Simulator, n: int, rate: float, chunk: int, settle: float, publishing: float) -> dict[str, Any]:
+async def bare_round(
+    sim: Simulator, n: int, rate: float, chunk: int, settle: float, publishing: float
+) -> dict[str, Any]:
     """A bare asyncua client, the same subscription, a handler that only counts."""
-    from asyncua import Client
+    import asyncua
+    from asyncua.common.events import get_filter_from_event_type
+
+    Client: Any = asyncua.Client  # type: ignore[attr-defined]
 
     taken = Taken(sim.made + 1, sim.made + n)
 
@@ -304,10 +315,13 @@ async def bare_round(sim: Simulator, n: int, rate: float, chunk: int, settle: fl
         sub = await client.create_subscription(publishing * 1000, Handler())
         watched = [client.get_node(lay.node("BootId")), client.get_node(lay.node(CHANNEL, "TransitionId"))]
         await sub.subscribe_data_change(watched, queuesize=100)
+        etype = client.get_node(f"ns={ns};s=TransitionEventType")
+        evfilter = await get_filter_from_event_type([etype])  # the same fields the agent selects
+        evfilter.SelectClauses = [
+            c for c in evfilter.SelectClauses if c.BrowsePath[-1:] and c.BrowsePath[0].Name in EVENT_SELECT
+        ]
         await sub.subscribe_events(
-            client.get_node(lay.node()),
-            client.get_node(f"ns={ns};s=TransitionEventType"),
-            queuesize=EVENT_QUEUE_SIZE,
+            client.get_node(lay.node()), etype, evfilter=evfilter, queuesize=EVENT_QUEUE_SIZE
         )
         await asyncio.sleep(0.3)
         cpu0, t0 = time.process_time(), time.monotonic()
@@ -381,8 +395,12 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transitions", type=int, default=20_000, help="transitions per burst (per round and side)")
-    ap.add_argument("--rate", type=float, default=0.0, help="transitions/s the simulator makes (0: as fast as it can)")
+    ap.add_argument(
+        "--transitions", type=int, default=20_000, help="transitions per burst (per round and side)"
+    )
+    ap.add_argument(
+        "--rate", type=float, default=0.0, help="transitions/s the simulator makes (0: as fast as it can)"
+    )
     ap.add_argument("--chunk", type=int, default=16, help="transitions per write of the controller's nodes")
     ap.add_argument("--ring", type=int, default=64, help="the controller's ring capacity (>= chunk)")
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and bare client")

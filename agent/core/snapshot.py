@@ -166,6 +166,7 @@ def make_delivery(
 ) -> Delivery:
     """A poller's delivery: payload is exactly ``{"state": ...}`` plus latched fields (contract 1)."""
     payload = {**latched, "state": state}
+    evidence = _plain(raw)
     return Delivery(
         source=f"{device}/{channel}",
         transition_id=str(transition_id),
@@ -174,11 +175,11 @@ def make_delivery(
         arrival_at=arrival_at,
         payload=payload,
         payload_hash=payload_hash(payload, source_timestamp),
-        raw=json.dumps(_plain(raw), sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
+        raw=json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
         receiver=receiver,
         live=live,
         missing=() if boot_id else ("bootId",),
-        evidence=_plain(raw),
+        evidence=evidence,
         basis=basis,
     )
 

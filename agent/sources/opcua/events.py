@@ -28,6 +28,7 @@ from agent.sources.readings import (
 )
 
 EVENT_FIELDS = ("Channel", "TransitionId", "BootId", "State", "SourceTime")
+EVENT_SELECT = (*EVENT_FIELDS, "Time")  # every field `event_item` reads: the subscription asks for these only
 
 
 class SubscriptionHandler:
