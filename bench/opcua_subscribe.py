@@ -1,8 +1,10 @@
 """OPC UA subscription benchmark: transitions per second through the agent's subscribed OPC UA
 source into committed rows, against a bare asyncua client counting the same notifications.
 
-One simulator process (our ``devices/`` OPC UA server, so it does not share an interpreter
-with the clients) serves one controller with one channel. On each burst it makes --transitions
+One simulator process (our ``devices/`` OPC UA server, in its own process so it does not
+share an interpreter with the clients; or, with ``--server node-opcua``, a node-opcua server
+with the same node layout, ``bench/node/``, since ours cannot make 5,000 transitions/s on a
+2-core machine) serves one controller with one channel. On each burst it makes --transitions
 transitions, --chunk at a time (each chunk: the transitions, then one write of the controller's
 nodes and one TransitionEventType event per transition), as fast as it can or at --rate per
 second. Then, alternated for --rounds rounds (default 3; figures are medians):
@@ -12,8 +14,13 @@ second. Then, alternated for --rounds rounds (default 3; figures are medians):
   ``run_source`` into the real recorder and a real SQLite store (synchronous=FULL), until every
   transition of the burst is committed (counted from the recorder's commit hook);
 * bare: one asyncua ``Client`` with the same subscription (data changes of the boot id and the
-  transition counter, events of the controller's TransitionEventType, same publishing
-  interval and queue sizes) and a synchronous handler that only counts the burst's events.
+  transition counter, events of the controller's TransitionEventType with the same selected
+  fields, same publishing interval and queue sizes) and a synchronous handler that only counts
+  the burst's events.
+
+``cpu_ms_per_1000`` is this process's CPU time (every thread, the store's included) over the
+burst per 1,000 transitions taken: the simulator runs in another process, so it is not counted,
+and this figure moves much less with the load of the machine than the rates do.
 
 A side's rate is the transitions it took over the time from the burst command to the last one
 taken (committed, or counted). ``lost`` is what was made and never taken; for the agent it is
@@ -24,6 +31,11 @@ the bare rate, the server is the limit, and the ratio says how much of it the ag
 
     python bench/opcua_subscribe.py                            # 20,000 transitions, 3 rounds
     python bench/opcua_subscribe.py --transitions 300 --rounds 1   # smoke
+    npm install --prefix bench/node                            # once: node-opcua-server
+    python bench/opcua_subscribe.py --server node-opcua --rate 5000
+
+Without Node.js or the npm package, ``--server node-opcua`` prints one JSON line saying why
+(``"skipped"``) and exits 0.
 """
 
 from __future__ import annotations
