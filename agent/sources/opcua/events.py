@@ -36,7 +36,6 @@ class SubscriptionHandler:
 
     def __init__(self) -> None:
         self.trigger = asyncio.Event()
-        self.arrived = asyncio.Event()  # an event since the last `drain`
         self.events: list[Any] = []
 
     def datachange_notification(self, node: Any, val: Any, data: Any) -> None:
@@ -45,7 +44,6 @@ class SubscriptionHandler:
     def event_notification(self, event: Any) -> None:
         self.events.append(event)
         self.trigger.set()
-        self.arrived.set()
 
     def status_change_notification(self, status: Any) -> None:
         self.trigger.set()
@@ -58,7 +56,6 @@ class SubscriptionHandler:
     def drain(self) -> list[Any]:
         """The events received since the last call, leaving the trigger as it is (what else
         arrived still causes a read)."""
-        self.arrived.clear()
         events, self.events = self.events, []
         return events
 
