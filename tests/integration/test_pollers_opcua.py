@@ -185,3 +185,32 @@ async def test_a_subscribed_burst_faster_than_the_ring_is_delivered_by_events_wi
         assert await view.keys() == want
         assert await view.anomalies(gaps=True) == []
         assert await view.anomalies(gaps=False) == []
+
+
+async def test_a_restart_inside_a_subscribed_burst_is_recorded_from_the_read_with_its_evidence(
+    agent_for: Any, devices_of: Callable[..., Any], wait_until: Any
+) -> None:
+    # A read held for its events must not let the new boot's events be recorded before the
+    # read that shows the new boot: BootObserved keeps the read's evidence (the node).
+    ctrl = Controller("PUMP-07", [ChannelSpec("Trip")], ring_capacity=4)
+    async with (
+        Plant([ctrl], modbus_port=None, poll="1s") as plant,
+        agent_for(devices_of(plant, subscribed)) as view,
+    ):
+        await plant.transition("PUMP-07", "Trip")
+        await wait_until(lambda: _has(view, (TRIP, "1", "17")))
+        for restart in (False, True):
+            if restart:
+                ctrl.restart()  # the server stays up: the same session sees boot 18 begin
+            for _ in range(30):
+                for _ in range(4):
+                    ctrl.transition("Trip")
+                await plant.sync()
+                await asyncio.sleep(0.003)
+        want = {(TRIP, str(t), "17") for t in range(1, 122)} | {(TRIP, str(t), "18") for t in range(1, 121)}
+        await wait_until(lambda: _has(view, *want))
+        assert await view.keys() == want
+        boots = await view.boots()
+        assert [(b["bootId"], b["previous_bootId"]) for b in boots] == [("17", None), ("18", "17")]
+        assert boots[1]["evidence"]["node"] == "ns=2;s=PUMP-07.BootId"
+        assert [a for a in await view.anomalies(gaps=False) if a["bootId"] == "17"] == []

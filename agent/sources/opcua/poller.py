@@ -230,11 +230,14 @@ class OpcUaSource:
         then is judged missing, and recorded). Meanwhile each poll hands on the events that
         arrived, and no new read is made. Only channels that had an event in this session are
         waited for: a channel whose transitions the server sends no event of never holds a read.
+        An event of another boot than the held read's drops it: a new read is made at once.
         """
         self.polls += 1
         alarms = await self._alarm_poll()
         read_at = self.clock()
         items = self._event_items(self.handler.take_events())
+        if self.pending is not None and any(i.boot_id != self.pending[0].boot_id for i in items):
+            self.pending = None  # a restart in the events: a new read, judged in the same batch
         if self.pending is None:
             if self.conn.subscribe:
                 self.next_reconcile = time.monotonic() + self.conn.reconcile
@@ -258,7 +261,11 @@ class OpcUaSource:
         return items
 
     def _behind(self, snap: Snapshot) -> bool:
-        """Whether a channel's counter in ``snap`` moved past the last event of that channel."""
+        """Whether a channel's counter in ``snap`` moved past the last event of that channel.
+        Never for a read of a new boot: it is judged at once, so the boot's sighting and the
+        read's evidence of it are recorded before the new boot's events."""
+        if snap.boot_id != self.tracker.last_boot:
+            return False
         for ch in snap.channels:
             tid, last_event = ch.transition_id, self.event_tids.get(ch.channel)
             if tid is None or last_event is None or tid == self.tracker.counters.get(ch.channel):
