@@ -23,7 +23,9 @@ burst per 1,000 transitions taken: the simulator runs in another process, so it 
 and this figure moves much less with the load of the machine than the rates do.
 
 A side's rate is the transitions it took over the time from the burst command to the last one
-taken (committed, or counted). ``lost`` is what was made and never taken; for the agent it is
+taken (committed, or counted), so it includes how far behind the simulator that side ended
+(``tail_ms``, from the simulator's last transition to the last one taken; longer bursts weigh
+it less). ``lost`` is what was made and never taken; for the agent it is
 read back from the store after the round (keys of the burst's range), and ``gap_ids`` says how
 many of those the store's gap/overrun records name (a loss the agent recorded, never silent).
 The server's own emission rate is the ceiling of both: when ``server_emit_per_s`` is close to
@@ -352,6 +354,8 @@ def _rates(taken: Taken, t0: float, cpu: float, done: dict[str, Any]) -> dict[st
         "per_s": round(got / wall, 1) if got else 0.0,
         "server_emit_per_s": round((done["last"] - done["first"] + 1) / done["seconds"], 1),
         "cpu_ms_per_1000": round(cpu / max(1, got) * 1e6, 1),
+        # from the simulator's last transition to the last one taken (how far behind it ended)
+        "tail_ms": round((wall - done["seconds"]) * 1000) if got else None,
     }
 
 
@@ -395,6 +399,8 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         "server_emit_per_s": round(median([r["server_emit_per_s"] for r in ag + ba]), 1),
         "agent_cpu_ms_per_1000": round(median([r["cpu_ms_per_1000"] for r in ag]), 1),
         "bare_cpu_ms_per_1000": round(median([r["cpu_ms_per_1000"] for r in ba]), 1),
+        "agent_tail_ms": median([r["tail_ms"] for r in ag if r["tail_ms"] is not None] or [0]),
+        "bare_tail_ms": median([r["tail_ms"] for r in ba if r["tail_ms"] is not None] or [0]),
         "agent_rounds_per_s": [r["per_s"] for r in ag],
         "bare_rounds_per_s": [r["per_s"] for r in ba],
         "agent_lost": sum(r["lost"] for r in ag),
