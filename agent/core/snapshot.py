@@ -16,8 +16,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agent.core.basis import IdentityBasis
-from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash
+from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash_of_text
 from agent.core.decide import BootSighting
+from agent.core.jcs import canonical_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,8 @@ def make_delivery(
 ) -> Delivery:
     """A poller's delivery: payload is exactly ``{"state": ...}`` plus latched fields (contract 1)."""
     payload = {**latched, "state": state}
+    payload_json = canonical_json(payload)  # once: the hash and the stored payload are made from it
+    evidence = _plain(raw)
     return Delivery(
         source=f"{device}/{channel}",
         transition_id=str(transition_id),
@@ -173,18 +176,27 @@ def make_delivery(
         source_timestamp=source_timestamp,
         arrival_at=arrival_at,
         payload=payload,
-        payload_hash=payload_hash(payload, source_timestamp),
-        raw=json.dumps(_plain(raw), sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
+        payload_hash=payload_hash_of_text(payload_json, source_timestamp),
+        raw=json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
         receiver=receiver,
         live=live,
         missing=() if boot_id else ("bootId",),
-        evidence=_plain(raw),
+        evidence=evidence,
+        payload_json=payload_json,
         basis=basis,
     )
 
 
+_LEAVES = (str, int, bool, type(None))
+
+
 def _plain(value: Any) -> Any:
     """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text."""
+    kind = type(value)
+    if kind in _LEAVES:  # the common leaves first: the ABC checks below are slow (per delivery)
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):

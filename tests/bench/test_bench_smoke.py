@@ -191,3 +191,28 @@ def test_ledger_mqtt_quick_compares_the_intake_with_a_bare_subscriber() -> None:
     assert got["bench"] == "ledger_mqtt" and got["messages"] == 200
     assert_compared(got["ledger_msgs_per_s"], got["bare_msgs_per_s"], got["ledger_vs_bare"])
     assert_compared(got["ledger_x2_msgs_per_s"], got["ledger_msgs_per_s"], got["two_vs_one"])
+
+
+def _opcua_subscribe_smoke(server: str) -> dict[str, Any]:
+    got = run_bench(
+        "opcua_subscribe.py", "--server", server, "--transitions", "300", "--rounds", "1", "--settle", "3"
+    )
+    assert got["bench"] == "opcua_subscribe" and got["server"] == server
+    if "skipped" in got:
+        pytest.skip(f"bench/opcua_subscribe.py --server {server}: {got['skipped']}")
+    assert got["transitions"] == 300 and got["rounds"] == 1
+    assert len(got["agent_rounds_per_s"]) == len(got["bare_rounds_per_s"]) == 1
+    assert_compared(got["agent_per_s"], got["bare_per_s"], got["ratio"])
+    assert got["server_emit_per_s"] > 0 and got["rss_peak_mb"] > 0
+    # Every transition made reached the store, or the store names it in a gap: none lost silently.
+    assert got["agent_lost"] == got["agent_lost_named_by_gaps"]
+    return got
+
+
+def test_opcua_subscribe_of_a_few_transitions_compares_with_a_bare_asyncua_client() -> None:
+    _opcua_subscribe_smoke("asyncua")
+
+
+def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
+    # node and bench/node's node-opcua-server are optional: without them the bench says so and exits 0.
+    _opcua_subscribe_smoke("node-opcua")

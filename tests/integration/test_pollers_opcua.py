@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,57 @@ async def test_a_namespace_uri_the_server_does_not_serve_is_named_with_the_serve
     assert text.startswith("namespace URI 'urn:plant-1:pumps' is not in the server's namespace array (")
     assert "[0] http://opcfoundation.org/UA/" in text and "urn:edge-agent:sim" in text
     assert "not in list" not in text and "decoded" not in text
+
+
+async def test_a_subscribed_burst_faster_than_the_ring_is_delivered_by_events_with_no_gap_recorded(
+    agent_for: Any, devices_of: Callable[..., Any], wait_until: Any
+) -> None:
+    # A read triggered by a data change answers with counters (and a ring head) ahead of the
+    # events received so far: the server sends those with its next publish. The read must be
+    # judged after them, else what they deliver is recorded as a gap or an overrun.
+    ctrl = Controller("PUMP-07", [ChannelSpec("Trip")], ring_capacity=4)
+    async with (
+        Plant([ctrl], modbus_port=None, poll="1s") as plant,
+        agent_for(devices_of(plant, subscribed)) as view,
+    ):
+        await plant.transition("PUMP-07", "Trip")
+        await wait_until(lambda: _has(view, (TRIP, "1", "17")))
+        for _ in range(60):
+            for _ in range(4):  # at most a ring's worth per write: the simulator emits one event each
+                ctrl.transition("Trip")
+            await plant.sync()
+            await asyncio.sleep(0.003)
+        want = {(TRIP, str(t), "17") for t in range(1, 242)}
+        await wait_until(lambda: _has(view, *want))
+        assert await view.keys() == want
+        assert await view.anomalies(gaps=True) == []
+        assert await view.anomalies(gaps=False) == []
+
+
+async def test_a_restart_inside_a_subscribed_burst_is_recorded_from_the_read_with_its_evidence(
+    agent_for: Any, devices_of: Callable[..., Any], wait_until: Any
+) -> None:
+    # A read held for its events must not let the new boot's events be recorded before the
+    # read that shows the new boot: BootObserved keeps the read's evidence (the node).
+    ctrl = Controller("PUMP-07", [ChannelSpec("Trip")], ring_capacity=4)
+    async with (
+        Plant([ctrl], modbus_port=None, poll="1s") as plant,
+        agent_for(devices_of(plant, subscribed)) as view,
+    ):
+        await plant.transition("PUMP-07", "Trip")
+        await wait_until(lambda: _has(view, (TRIP, "1", "17")))
+        for restart in (False, True):
+            if restart:
+                ctrl.restart()  # the server stays up: the same session sees boot 18 begin
+            for _ in range(30):
+                for _ in range(4):
+                    ctrl.transition("Trip")
+                await plant.sync()
+                await asyncio.sleep(0.003)
+        want = {(TRIP, str(t), "17") for t in range(1, 122)} | {(TRIP, str(t), "18") for t in range(1, 121)}
+        await wait_until(lambda: _has(view, *want))
+        assert await view.keys() == want
+        boots = await view.boots()
+        assert [(b["bootId"], b["previous_bootId"]) for b in boots] == [("17", None), ("18", "17")]
+        assert boots[1]["evidence"]["node"] == "ns=2;s=PUMP-07.BootId"
+        assert [a for a in await view.anomalies(gaps=False) if a["bootId"] == "17"] == []

@@ -28,6 +28,7 @@ from agent.sources.readings import (
 )
 
 EVENT_FIELDS = ("Channel", "TransitionId", "BootId", "State", "SourceTime")
+EVENT_SELECT = (*EVENT_FIELDS, "Time")  # every field `event_item` reads: the subscription asks for these only
 
 
 class SubscriptionHandler:
@@ -50,6 +51,11 @@ class SubscriptionHandler:
     def take_events(self) -> list[Any]:
         """The events received since the last call; clears the trigger for the read they cause."""
         self.trigger.clear()
+        return self.drain()
+
+    def drain(self) -> list[Any]:
+        """The events received since the last call, leaving the trigger as it is (what else
+        arrived still causes a read)."""
         events, self.events = self.events, []
         return events
 

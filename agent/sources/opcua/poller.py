@@ -34,7 +34,7 @@ from agent.config.sources import Device, OpcUa
 from agent.core.alarms import AlarmMemoryReader, AlarmTracker
 from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
-from agent.core.snapshot import Observations, Snapshot
+from agent.core.snapshot import Observations, RingItem, Snapshot
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.opcua.alarms import AlarmLink, ua
@@ -77,6 +77,8 @@ class OpcUaSource:
         self.keys: list[str] = []
         self.nodes: list[Any] = []
         self.handler = SubscriptionHandler()
+        self.event_tids: dict[str, int] = {}  # channel -> transitionId of its last event (this session)
+        self.pending: tuple[Snapshot, float] | None = None  # a read held for its events, until when
         self.lost = asyncio.Event()
         self.next_reconcile = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver})')
@@ -103,6 +105,7 @@ class OpcUaSource:
         """A new client and session: security, then the nodes, then the subscriptions."""
         timeout = self.conn.timeout * 3
         self.lost = asyncio.Event()
+        self.pending = None  # a read of the last session is not judged in this one
         client = self.client = new_client(self.conn, self.lost)
         with link_errors("refused", "cannot connect", "an answer", self.conn.max_message_size):
             async with asyncio.timeout(timeout):
@@ -173,6 +176,8 @@ class OpcUaSource:
         """A fresh handler; the boot id, every transition counter and the state of every window
         channel (it has no counter) trigger a read when they change."""
         self.handler = SubscriptionHandler()
+        self.event_tids = {}
+        self.pending = None
         window_states = {f"{ch.name}.state" for ch in self.dev.channels if ch.transition_id is None}
         watched = [
             n
@@ -211,20 +216,64 @@ class OpcUaSource:
         """Seconds to the next read: the poll grid, or the reconcile timer with subscriptions."""
         if not self.conn.subscribe:
             return due_in_s(self.dev.poll, self.phase, time.monotonic())
-        return max(0.0, self.next_reconcile - time.monotonic())
+        due = self.next_reconcile if self.pending is None else min(self.next_reconcile, self.pending[1])
+        return max(0.0, due - time.monotonic())
 
     async def poll(self) -> Observations:
-        """The events received since the last poll, then a reconciling read of every node."""
+        """The events received since the last poll, then a reconciling read of every node.
+
+        A server queues events until its next publish, so a read (triggered by a data change)
+        often shows counters and a ring head ahead of the events received. Judged at once, it
+        would record as a gap or an overrun what the next publish delivers. So such a read is
+        held (``pending``) and judged once the events up to its counters have come, or one
+        publishing interval plus the request timeout after it was made (what has not come by
+        then is judged missing, and recorded). Meanwhile each poll hands on the events that
+        arrived, and no new read is made. Only channels that had an event in this session are
+        waited for: a channel whose transitions the server sends no event of never holds a read.
+        An event of another boot than the held read's drops it: a new read is made at once.
+        """
         self.polls += 1
         alarms = await self._alarm_poll()
-        events = self.handler.take_events()
-        if self.conn.subscribe:
-            self.next_reconcile = time.monotonic() + self.conn.reconcile
         read_at = self.clock()
+        items = self._event_items(self.handler.take_events())
+        if self.pending is not None and any(i.boot_id != self.pending[0].boot_id for i in items):
+            self.pending = None  # a restart in the events: a new read, judged in the same batch
+        if self.pending is None:
+            if self.conn.subscribe:
+                self.next_reconcile = time.monotonic() + self.conn.reconcile
+            snap = await self.snapshot()
+            items += self._event_items(self.handler.drain())  # what came during the read
+            due = time.monotonic() + self.conn.publishing + self.conn.timeout
+        else:
+            (snap, due), self.pending = self.pending, None
+        events = self.tracker.observe_entries(items, read_at=read_at, receiver=self.receiver)
+        waits = self.conn.subscribe and self.dev.events is not None
+        if waits and time.monotonic() < due and self._behind(snap):
+            self.pending = (snap, due)
+            return merge(alarms, events)
+        return merge(alarms, events, self.tracker.observe(snap))
+
+    def _event_items(self, events: list[Any]) -> list[RingItem]:
         items = [e for e in (event_item(self.dev, ev, self.errors) for ev in events) if e is not None]
-        first = self.tracker.observe_entries(items, read_at=read_at, receiver=self.receiver)
-        snap = await self.snapshot()
-        return merge(alarms, first, self.tracker.observe(snap))
+        for item in items:
+            if item.channel is not None:
+                self.event_tids[item.channel] = item.transition_id
+        return items
+
+    def _behind(self, snap: Snapshot) -> bool:
+        """Whether a channel's counter in ``snap`` moved past the last event of that channel.
+        Never for a read of a new boot: it is judged at once, so the boot's sighting and the
+        read's evidence of it are recorded before the new boot's events."""
+        if snap.boot_id != self.tracker.last_boot:
+            return False
+        for ch in snap.channels:
+            tid, last_event = ch.transition_id, self.event_tids.get(ch.channel)
+            if tid is None or last_event is None or tid == self.tracker.counters.get(ch.channel):
+                continue
+            ahead = (tid - last_event) % 2**ch.bits
+            if 0 < ahead < 2 ** (ch.bits - 1):
+                return True
+        return False
 
     async def probe(self) -> Snapshot:
         """One read of every node, without touching the tracker (``check --probe``)."""
