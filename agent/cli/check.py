@@ -10,6 +10,7 @@ with file, line and key); 77 (EX_NOPERM) when the service's user could not read 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import sys
 
@@ -136,6 +137,12 @@ def _who(as_user: str | None, unit: Unit | None) -> Who | None:
 
 async def _probe_all(cfg: config.Config, timeout: float) -> bool:
     jobs = [(d, c) for d in cfg.devices for c in d.connections]
+    # The protocol libraries are imported before any probe starts: an import inside one probe
+    # blocks the loop while the others' connect timeouts run (on a busy machine a reachable
+    # device's 1 s Modbus connect ran out while the upstream probes imported aiohttp and aiomqtt).
+    for module, needed in (("agent.sources.pollers", jobs), ("agent.sinks.probe", cfg.upstreams)):
+        if needed:
+            importlib.import_module(module)
     results = await asyncio.gather(
         *(_probe(d, c, timeout) for d, c in jobs), *(_probe_up(u, cfg, timeout) for u in cfg.upstreams)
     )

@@ -206,5 +206,5 @@ async def test_each_upstream_that_refuses_is_named_and_the_probe_exits_69(
     for name, text in said.items():
         line = next(x for x in out.splitlines() if f"upstream {name}" in x)
         assert line.startswith("FAIL") and text in line, out
-    assert "ok   PUMP-07 via modbus:" in out
+    assert "ok   PUMP-07 via modbus:" in out, out
     assert "wrong-password" not in out and "right-password" not in out

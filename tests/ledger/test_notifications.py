@@ -163,15 +163,17 @@ async def test_failures_back_off_then_dead_and_only_an_operator_retries(
 ) -> None:
     await record(ledger_conn, [line(1)], [NotifyRule("trip", receiver.url, max_attempts=2)])
     receiver.status = 500
-    worker = Notifier(ledger_dsn, backoff_initial_s=0.05, backoff_max_s=0.05, jitter=lambda: 0.0)
+    # A backoff of 0.5 s: 0.05 s ran out between two claims on a busy machine (the second claim
+    # found the row due again).
+    worker = Notifier(ledger_dsn, backoff_initial_s=0.5, backoff_max_s=0.5, jitter=lambda: 0.0)
     import aiohttp
 
     async with aiohttp.ClientSession() as s:
         assert await worker.run_once(s) == 1
         assert await worker.run_once(s) == 0, "backing off: not due yet"
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.6)
         assert await worker.run_once(s) == 1
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.6)
         assert await worker.run_once(s) == 0, "dead rows are never claimed"
         listed = await notifications.listing(ledger_conn)
         assert listed[0]["state"] == "dead" and "HTTP 500" in listed[0]["last_error"]

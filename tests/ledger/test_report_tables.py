@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def _note(i: int, state: str, error: str | None = None) -> dict[str, object]:
     return {
@@ -19,8 +21,14 @@ def _note(i: int, state: str, error: str | None = None) -> dict[str, object]:
     }
 
 
-def test_the_notification_listing_for_people_is_a_table_and_spells_out_dead_rows() -> None:
+def test_the_notification_listing_for_people_is_a_table_and_spells_out_dead_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from agent.cli.ledger_tables import notification_lines
+
+    # The width a pipe gets (render.width()'s fallback): a narrower terminal (pytest-xdist's
+    # workers see COLUMNS=80) puts the long `dead 2 (url):` label on a line of its own.
+    monkeypatch.setenv("COLUMNS", "100")
 
     assert notification_lines([]) == ["no notifications"]
     lines = notification_lines([_note(1, "sent"), _note(2, "dead", "HTTP 500 from the receiver\x1b[31m")])
