@@ -58,7 +58,8 @@ numbers = st.builds(
     st.sampled_from(["", "-"]),
     _digits,
     st.none() | _digits,
-    st.none() | st.builds(lambda e, s, d: e + s + d, st.sampled_from("eE"), st.sampled_from(["", "+", "-"]), _digits),
+    st.none()
+    | st.builds(lambda e, s, d: e + s + d, st.sampled_from("eE"), st.sampled_from(["", "+", "-"]), _digits),
 )
 text = st.text(st.characters(codec="utf-8"))  # lone surrogates written as escapes below
 scalar_texts = (
@@ -67,7 +68,9 @@ scalar_texts = (
     | st.floats(allow_nan=False).map(repr).map(lambda r: r.replace("inf", "1e999"))
     | text.map(lambda s: json.dumps(s, ensure_ascii=False))
     | text.map(json.dumps)
-    | st.sampled_from(['"\\ud800"', '"\\udc00x"', '"\\ud83d\\ude00"', "true", "false", "null", "NaN", "-Infinity"])
+    | st.sampled_from(
+        ['"\\ud800"', '"\\udc00x"', '"\\ud83d\\ude00"', "true", "false", "null", "NaN", "-Infinity"]
+    )
 )
 keys = st.sampled_from(["a", "b", "source", "payload", "é", ""]) | text
 json_texts = st.recursive(
