@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from agent.core.basis import IdentityBasis
@@ -49,9 +49,11 @@ class ContractError(ValueError):
     """A value breaks the contract; the message is the `reason` recorded for a rejection."""
 
 
-@dataclass(frozen=True, slots=True)
-class Key:
-    """The identity of a source event. Three separate texts, never joined."""
+class Key(NamedTuple):
+    """The identity of a source event. Three separate texts, never joined.
+
+    A named tuple: the store hashes and compares keys several times per delivery, and a
+    tuple's hash and equality run in C (a dataclass's in Python)."""
 
     source: str
     transition_id: str
@@ -225,12 +227,15 @@ def normalize_timestamp(text: Any, name: str) -> str | None:
     """Normalised text of an optional timestamp (None stays None)."""
     if text is None:
         return None
-    if type(text) is str and _NORMAL_RANGED.fullmatch(text) is not None:
-        # Already in normal form (the common case), every field in its range: only a day past
-        # the 28th, or the year 0000, needs the date's own check (dates repeat: it is cached).
-        # Else the full parse, for the message (or the leap second rule).
-        if (text[8:10] <= "28" and not text.startswith("0000")) or _date_exists(text[:10]):
-            return text
+    # Already in normal form (the common case), every field in its range: only a day past the
+    # 28th, or the year 0000, needs the date's own check (dates repeat: it is cached). Else the
+    # full parse, for the message (or the leap second rule).
+    if (
+        type(text) is str
+        and _NORMAL_RANGED.fullmatch(text) is not None
+        and ((text[8:10] <= "28" and not text.startswith("0000")) or _date_exists(text[:10]))
+    ):
+        return text
     return format_timestamp(parse_timestamp(text, name))
 
 

@@ -29,7 +29,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.core.basis import basis_flags
+from agent.core.basis import IdentityBasis, basis_flags
 from agent.core.contract import Decision, Delivery, Key, Rejection
 from agent.core.intake import incomplete_reason
 from agent.core.jcs import canonical_json
@@ -90,11 +90,12 @@ def classify(
     later arrivals.
     """
     outcomes: list[Outcome] = []
+    append = outcomes.append
     updates: dict[int, EventUpdate] = {}
-    seen_in_batch: set[Key] = set()
+    seen_in_batch: set[Key] = set()  # the new keys met so far: a later delivery of one repeats it
     for item in items:
         if isinstance(item, Rejection):
-            outcomes.append(Outcome(Decision.REJECTED, None, None, item.reason))
+            append(Outcome(Decision.REJECTED, None, None, item.reason))
             continue
         key = item.key
         if key is None:
@@ -102,17 +103,20 @@ def classify(
         else:
             cid, canonical_hash = canonical[key]
             new = key in created if created is not None else cid > max_id_before
-            first_of_new = new and key not in seen_in_batch
-            seen_in_batch.add(key)
-            if first_of_new:
-                oc = _inserted(item, key, cid, forgotten)
+            if new and key not in seen_in_batch:
+                seen_in_batch.add(key)
+                if forgotten or item.via is not None:
+                    oc = _inserted(item, key, cid, forgotten)
+                else:  # the common case of _inserted: nothing forgotten, not from a refresh
+                    oc = Outcome(Decision.INSERTED, cid, None)
             else:
                 upd = updates.get(cid)
                 if upd is None:
                     upd = updates[cid] = EventUpdate(cid)
                 oc = _repeated(item, cid, canonical_hash, upd, cid in pruned)
-        extra = basis_flags(item.basis)
-        outcomes.append(replace(oc, flags=oc.flags + extra) if extra else oc)
+        if item.basis == IdentityBasis.WINDOW:
+            oc = replace(oc, flags=oc.flags + basis_flags(item.basis))
+        append(oc)
     return outcomes, list(updates.values())
 
 

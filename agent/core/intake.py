@@ -16,7 +16,6 @@ sections 2 and 5):
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
