@@ -23,7 +23,7 @@ from agent.store.boots import record_anomalies, record_boots
 log = logging.getLogger(__name__)
 
 CHUNK = 3000  # keys per VALUES list: 3 parameters each, far below SQLite's 32766
-ROWS_PER_INSERT = 500  # rows per multi-row INSERT: 16 parameters each at most, far below 32766
+PARAMS_PER_INSERT = 30_000  # parameters of one multi-row INSERT, below SQLite's 32766 (3.32+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +113,7 @@ async def insert_canonicals(
     """Insert the first delivery of every key unless known; (canonical of every key, pruned ids).
 
     The keys already stored are read first (one indexed look-up per key, with the compact key
-    records once retention made some); the rest are inserted, `ROWS_PER_INSERT` to a statement.
+    records once retention made some); the rest are inserted in one statement (or a few).
     """
     if not firsts:
         return {}, set()
@@ -147,13 +147,14 @@ def _values_sql(head: str, width: int, n: int, tail: str) -> str:
 async def insert_many(
     db: aiosqlite.Connection, head: str, width: int, params: list[tuple[Any, ...]], tail: str = ""
 ) -> int:
-    """`head VALUES (..),(..) tail`, `ROWS_PER_INSERT` rows to a statement; returns rows changed.
+    """`head VALUES (..),(..) tail` for `params` (rows of `width` values); returns rows changed.
 
-    One statement per row (`executemany`) costs SQLite a statement run per row; here the rows
-    of a batch take a handful."""
+    One statement per row (`executemany`) costs SQLite a statement run per row, and each call
+    a trip to the connection's thread; here the rows of a batch of 1,000 take one statement."""
     changed = 0
-    for start in range(0, len(params), ROWS_PER_INSERT):
-        chunk = params[start : start + ROWS_PER_INSERT]
+    per = PARAMS_PER_INSERT // width
+    for start in range(0, len(params), per):
+        chunk = params[start : start + per]
         cur = await db.execute(_values_sql(head, width, len(chunk), tail), [x for r in chunk for x in r])
         changed += cur.rowcount
     return changed
