@@ -135,7 +135,11 @@ def _inserted(item: Delivery, key: Key, cid: int, forgotten: Mapping[tuple[str, 
 def _repeated(item: Delivery, cid: int, canonical_hash: str, upd: EventUpdate, pruned: bool) -> Outcome:
     """A later delivery of a known key: a duplicate of its canonical content, or a conflict."""
     upd.later_arrivals += 1
-    upd.add(item.arrival_at)
+    at = item.arrival_at
+    if at < upd.first_arrival:  # upd.add(at), without two calls
+        upd.first_arrival = at
+    if at > upd.last_arrival:
+        upd.last_arrival = at
     flags = (PAYLOAD_PRUNED,) if pruned else ()
     if item.payload_hash == canonical_hash:
         return Outcome(Decision.DUPLICATE, cid, cid, flags=flags)
@@ -163,9 +167,14 @@ def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:
     Identity-incomplete deliveries never make one.
     """
     firsts: dict[tuple[str, str], int] = {}
+    seen: set[tuple[str, str]] = set()  # (source, bootId) pairs met: their device is known
     for i, item in enumerate(items):
-        if isinstance(item, Delivery) and item.key is not None:
-            pair = (item.key.device, item.key.boot_id)
+        if isinstance(item, Delivery) and (key := item.key) is not None:
+            sb = (key.source, key.boot_id)
+            if sb in seen:
+                continue
+            seen.add(sb)
+            pair = (key.device, key.boot_id)
             if pair not in firsts:
                 firsts[pair] = i
     out = []
