@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import aiosqlite
+
 from agent.core import decide
 from agent.core.contract import Anomaly, Decision, Delivery, Key, Rejection
 from agent.core.errors import StoreError
 from agent.store import rows
 from agent.store.boots import record_anomalies, record_boots
-from agent.store.connection import Db
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class Marks:
 
 
 async def record_batch(
-    db: Db,
+    db: aiosqlite.Connection,
     path: str,
     items: Sequence[Delivery | Rejection],
     sightings: Sequence[decide.BootSighting],
@@ -74,12 +75,14 @@ async def record_batch(
     return outcomes
 
 
-async def queue_outbox(db: Db, upstreams: Sequence[str], refs: list[tuple[str, int]], now: str) -> None:
+async def queue_outbox(
+    db: aiosqlite.Connection, upstreams: Sequence[str], refs: list[tuple[str, int]], now: str
+) -> None:
     """One outbox row per new record and upstream."""
     await db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
 
 
-async def read_marks(db: Db) -> Marks:
+async def read_marks(db: aiosqlite.Connection) -> Marks:
     found = await db.execute_fetchall(
         "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
         "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
@@ -101,7 +104,7 @@ def first_deliveries(items: Sequence[Delivery | Rejection]) -> dict[Key, tuple[D
 
 
 async def insert_canonicals(
-    db: Db,
+    db: aiosqlite.Connection,
     path: str,
     firsts: dict[Key, tuple[Delivery, int]],
     arrival_ids: list[int],
@@ -141,7 +144,9 @@ def _values_sql(head: str, width: int, n: int, tail: str) -> str:
     return f"{head} VALUES {','.join([one] * n)}{tail}"
 
 
-async def insert_many(db: Db, head: str, width: int, params: list[tuple[Any, ...]], tail: str = "") -> int:
+async def insert_many(
+    db: aiosqlite.Connection, head: str, width: int, params: list[tuple[Any, ...]], tail: str = ""
+) -> int:
     """`head VALUES (..),(..) tail` for `params` (rows of `width` values); returns rows changed.
 
     One statement per row (`executemany`) costs SQLite a statement run per row, and each call
@@ -156,7 +161,7 @@ async def insert_many(db: Db, head: str, width: int, params: list[tuple[Any, ...
 
 
 async def canonical_of(
-    db: Db,
+    db: aiosqlite.Connection,
     path: str,
     keys: list[Key],
     with_key_records: bool = False,
@@ -198,7 +203,7 @@ async def canonical_of(
     return found, pruned
 
 
-async def forgotten_of(db: Db, keys: list[Key]) -> dict[tuple[str, str], str]:
+async def forgotten_of(db: aiosqlite.Connection, keys: list[Key]) -> dict[tuple[str, str], str]:
     """(source, bootId) -> latest arrival of a key forgotten at the key horizon, for these keys."""
     pairs = list(dict.fromkeys((k.source, k.boot_id) for k in keys))
     out: dict[tuple[str, str], str] = {}
@@ -215,7 +220,7 @@ async def forgotten_of(db: Db, keys: list[Key]) -> dict[tuple[str, str], str]:
 
 
 async def insert_arrivals(
-    db: Db,
+    db: aiosqlite.Connection,
     items: Sequence[Delivery | Rejection],
     arrival_ids: list[int],
     outcomes: list[decide.Outcome],
@@ -236,7 +241,7 @@ async def insert_arrivals(
 
 
 async def record_retention_side(
-    db: Db,
+    db: aiosqlite.Connection,
     outcomes: list[decide.Outcome],
     updates: list[decide.EventUpdate],
     pruned: set[int],
@@ -260,7 +265,9 @@ async def record_retention_side(
         log.warning("key horizon passed: %d new keys may be re-deliveries of forgotten keys", passed)
 
 
-async def insert_pending(db: Db, arrival_ids: list[int], outcomes: list[decide.Outcome]) -> list[int]:
+async def insert_pending(
+    db: aiosqlite.Connection, arrival_ids: list[int], outcomes: list[decide.Outcome]
+) -> list[int]:
     """Put identity-incomplete arrivals on the pending list; returns their arrival ids."""
     pending = [
         aid

@@ -10,16 +10,19 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 
+import aiosqlite
+
 from agent.core import decide
 from agent.core.contract import Anomaly
 from agent.core.jcs import canonical_json
 from agent.core.records import BootObserved
-from agent.store.connection import Db
 
 log = logging.getLogger(__name__)
 
 
-async def record_boots(db: Db, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> list[int]:
+async def record_boots(
+    db: aiosqlite.Connection, sightings: list[decide.BootSighting], arrival_ids: list[int]
+) -> list[int]:
     """BootObserved rows for the boots not seen before; returns their row ids."""
     if not sightings:
         return []
@@ -45,7 +48,9 @@ async def record_boots(db: Db, sightings: list[decide.BootSighting], arrival_ids
     return ids
 
 
-async def _insert_boot(db: Db, rec: BootObserved, index: int | None, arrival_ids: list[int]) -> int:
+async def _insert_boot(
+    db: aiosqlite.Connection, rec: BootObserved, index: int | None, arrival_ids: list[int]
+) -> int:
     """Write one BootObserved row, linked to the arrival at `index` of the batch if any."""
     cur = await db.execute(
         "INSERT INTO boots(device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
@@ -71,7 +76,7 @@ async def _insert_boot(db: Db, rec: BootObserved, index: int | None, arrival_ids
     return int(cur.lastrowid or 0)
 
 
-async def _known_boots(db: Db, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+async def _known_boots(db: aiosqlite.Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     values = ",".join("(?,?)" for _ in pairs)
     found = await db.execute_fetchall(
         f"WITH p(d, b) AS (VALUES {values}) SELECT p.d, p.b FROM p JOIN boots"
@@ -81,7 +86,7 @@ async def _known_boots(db: Db, pairs: list[tuple[str, str]]) -> set[tuple[str, s
     return {(r[0], r[1]) for r in found}
 
 
-async def record_anomalies(db: Db, anomalies: Sequence[Anomaly]) -> list[tuple[str, int]]:
+async def record_anomalies(db: aiosqlite.Connection, anomalies: Sequence[Anomaly]) -> list[tuple[str, int]]:
     """Gap and anomaly rows (a repeat is ignored); returns (outbox kind, row id) of the new ones.
 
     A gap or overrun names only what the store does not hold: transitions of that source and
@@ -101,7 +106,7 @@ async def record_anomalies(db: Db, anomalies: Sequence[Anomaly]) -> list[tuple[s
     return refs
 
 
-async def _still_missing(db: Db, a: Anomaly) -> list[Anomaly]:
+async def _still_missing(db: aiosqlite.Connection, a: Anomaly) -> list[Anomaly]:
     """`a` itself, or for a gap/overrun the parts of its range the store holds no event of."""
     if a.kind not in ("gap", "overrun") or not (a.first.isdigit() and a.last.isdigit()):
         return [a]

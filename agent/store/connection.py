@@ -11,9 +11,9 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import aiosqlite
@@ -276,82 +276,3 @@ class WriterConnection:
 
     def transaction(self) -> WriteTransaction:
         return WriteTransaction(self.db, self.path)
-
-
-T = TypeVar("T")
-
-
-class CursorLike(Protocol):
-    @property
-    def rowcount(self) -> int: ...
-
-    @property
-    def lastrowid(self) -> int | None: ...
-
-
-class Db(Protocol):
-    """What the record steps call on a connection: an `aiosqlite.Connection`, or `InlineDb`."""
-
-    async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> CursorLike: ...
-
-    async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> CursorLike: ...
-
-    async def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> Iterable[Any]: ...
-
-
-class InlineDb:
-    """The writer's sqlite3 connection behind the methods of `Db`, for steps that run on the
-    connection's own thread (`WriterConnection.run_inline`): each call runs at once, and none
-    of the coroutines ever waits."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> sqlite3.Cursor:
-        return self._conn.execute(sql, () if parameters is None else tuple(parameters))
-
-    async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> sqlite3.Cursor:
-        return self._conn.executemany(sql, [tuple(p) for p in parameters])
-
-    async def execute_fetchall(self, sql: str, parameters: Iterable[Any] | None = None) -> list[Any]:
-        return self._conn.execute(sql, () if parameters is None else tuple(parameters)).fetchall()
-
-
-def _drive(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never waits (its calls go to `InlineDb`) to its end, here and now."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise RuntimeError("a step run on the connection's thread waited for something else")
-
-
-async def run_inline(
-    db: aiosqlite.Connection, path: str, work: Callable[[InlineDb], Coroutine[Any, Any, T]]
-) -> T:
-    """BEGIN IMMEDIATE, `work`, COMMIT (ROLLBACK on any error) in ONE trip to the connection's thread.
-
-    The same transaction as `WriteTransaction`, with every statement of `work` run where the
-    connection lives: each `await` of an `aiosqlite` call is a hand-over to that thread and back,
-    and while another thread of the process holds the interpreter lock (the importer's parser)
-    each hand-over waits for the lock. Uses aiosqlite's `_execute` (run a function on its thread;
-    aiosqlite has no public name for it: the version is pinned in pyproject.toml)."""
-
-    def in_thread(conn: sqlite3.Connection) -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = _drive(work(InlineDb(conn)))
-            conn.execute("COMMIT")
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error as exc:  # the connection may already have rolled back (SQLITE_FULL)
-                log.debug("rollback after failure also failed: %s", exc)
-            raise
-        return result
-
-    try:
-        return await db._execute(in_thread, db._conn)  # type: ignore[no-any-return,no-untyped-call]
-    except sqlite3.Error as exc:
-        raise map_sqlite_error(exc, path) from exc

@@ -14,10 +14,9 @@ import aiosqlite
 
 from agent.core.snapshot import Positions
 from agent.core.tracker import Resume
-from agent.store.connection import Db
 
 
-async def record_positions(db: Db, positions: Sequence[Positions]) -> None:
+async def record_positions(db: aiosqlite.Connection, positions: Sequence[Positions]) -> None:
     """Upsert each position in order (inside the caller's transaction): the last one wins."""
     channel_rows = [
         (f"{p.device}/{ch}", p.boot, tid)

@@ -39,14 +39,7 @@ from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.core.snapshot import Positions
 from agent.store.alarm_memory import alarm_memory
 from agent.store.batch import record_batch
-from agent.store.connection import (
-    Db,
-    WriterConnection,
-    WriteTransaction,
-    open_writer,
-    read_store_id,
-    run_inline,
-)
+from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
 from agent.store.outbox import Outbox
 from agent.store.positions import record_positions
 from agent.store.review import Mark
@@ -214,13 +207,9 @@ class Store:
         tracker stands after the reads of this batch: recorded in the same transaction.
         """
         stamp = now or (items[-1].arrival_at if items else "")
-        upstreams = list(self._upstreams)
-
-        async def work(db: Db) -> list[decide.Outcome]:
-            outcomes = await record_batch(db, self.path, items, boot_sightings, anomalies, stamp, upstreams)
-            await record_positions(db, positions)
+        async with self._lock, self._transaction():
+            outcomes = await record_batch(
+                self.db, self.path, items, boot_sightings, anomalies, stamp, self._upstreams
+            )
+            await record_positions(self.db, positions)
             return outcomes
-
-        # The whole transaction in one trip to the connection's thread (`run_inline`).
-        async with self._lock:
-            return await run_inline(self.db, self.path, work)
