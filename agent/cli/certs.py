@@ -24,13 +24,8 @@ from typing import Any
 
 import click
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent.cli.context import EX_CONFIG, EX_FAILURE
-from agent.sources.opcua.trust import describe
 
 DEFAULT_DIR = "/etc/edge-agent/pki"
 CERT_NAME, KEY_NAME, TRUSTED_NAME = "agent_cert.der", "agent_key.pem", "trusted"
@@ -50,6 +45,12 @@ def _gateway_from(config_path: str) -> str | None:
 
 def make_certificate(uri: str, host: str, days: int, now: dt.datetime) -> tuple[bytes, bytes]:
     """(DER certificate, PEM private key) of a self-signed OPC UA application instance certificate."""
+    # Imported here: the cryptography package takes a good part of the start of every command.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     name = x509.Name(
         [
@@ -187,6 +188,8 @@ def _make_dir(path: Path) -> None:
 
 def _result_lines(cert_path: Path, key_path: Path, uri: str, der: bytes) -> list[str]:
     """Where the files are, what the certificate says, and the config lines that use it."""
+    from agent.sources.opcua.trust import describe  # cryptography: see make_certificate
+
     info = describe(der)
     return [
         f"certificate:     {cert_path}   (DER; give a copy to the PLC's administrator)",

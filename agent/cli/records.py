@@ -26,6 +26,8 @@ from agent.store import report
 from agent.store.reader import Reader
 from agent.store.store import Store
 
+IMPORT_SWITCH_INTERVAL_S = 0.001  # see import_into
+
 
 class ImportTally:
     """Decisions counted over an import, and the first rejected lines with their reasons."""
@@ -76,18 +78,28 @@ async def import_into(
 
     Batch N+1 is parsed in a worker thread while batch N is being recorded (the commit's
     fsync and SQLite's own work run without the interpreter lock); batches are still
-    recorded one after the other, in file order."""
+    recorded one after the other, in file order.
+
+    While the parser holds the interpreter lock, each of the store's calls to its SQLite
+    thread waits for the lock to change hands, twice: at Python's default switch interval
+    (5 ms) 800 such calls beside a busy thread took 0.9 s, at 1 ms 0.05 s. So the interval is
+    1 ms while the file is imported (end to end, a recorded batch took about 15 % less time)."""
     batches = iter(read_batches(file, receiver=receiver))
     loop = asyncio.get_running_loop()
-    parsing = loop.run_in_executor(None, next, batches, None)
-    while (batch := await parsing) is not None:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(IMPORT_SWITCH_INTERVAL_S)
+    try:
         parsing = loop.run_in_executor(None, next, batches, None)
-        outcomes = await store.record(batch.items)
-        if as_json:
-            sys.stdout.write(_json_results(batch.lines, outcomes))
-            sys.stdout.flush()
-        tally.add(batch.lines, outcomes)
-        bar(batch.bytes_read, batch.lines[-1])
+        while (batch := await parsing) is not None:
+            parsing = loop.run_in_executor(None, next, batches, None)
+            outcomes = await store.record(batch.items)
+            if as_json:
+                sys.stdout.write(_json_results(batch.lines, outcomes))
+                sys.stdout.flush()
+            tally.add(batch.lines, outcomes)
+            bar(batch.bytes_read, batch.lines[-1])
+    finally:
+        sys.setswitchinterval(interval)
 
 
 @click.command("import")

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from agent.core.basis import IdentityBasis
-from agent.core.jcs import canonical_json
+from agent.core.jcs import canonical_json, json_string
 
 
 class Decision(StrEnum):
@@ -49,9 +49,11 @@ class ContractError(ValueError):
     """A value breaks the contract; the message is the `reason` recorded for a rejection."""
 
 
-@dataclass(frozen=True, slots=True)
-class Key:
-    """The identity of a source event. Three separate texts, never joined."""
+class Key(NamedTuple):
+    """The identity of a source event. Three separate texts, never joined.
+
+    A named tuple: the store hashes and compares keys several times per delivery, and a
+    tuple's hash and equality run in C (a dataclass's in Python)."""
 
     source: str
     transition_id: str
@@ -181,9 +183,6 @@ _RFC3339 = re.compile(
 )
 
 
-_NORMAL = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{3})Z")
-
-
 def parse_timestamp(text: Any, name: str) -> datetime:
     """Parse RFC 3339 with an offset into an aware UTC datetime, truncated to milliseconds."""
     if not isinstance(text, str):
@@ -228,27 +227,29 @@ def normalize_timestamp(text: Any, name: str) -> str | None:
     """Normalised text of an optional timestamp (None stays None)."""
     if text is None:
         return None
-    if not isinstance(text, str):
-        return format_timestamp(parse_timestamp(text, name))
-    m = _NORMAL.fullmatch(text)
-    # Already in normal form (the common case): only check that the date and time exist (what
-    # `datetime(...)` of the six fields checks; dates repeat, so their check is cached). Else the
+    # Already in normal form (the common case), every field in its range: only a day past the
+    # 28th, or the year 0000, needs the date's own check (dates repeat: it is cached). Else the
     # full parse, for the message (or the leap second rule).
     if (
-        m is not None
-        and int(m[4]) < 24
-        and int(m[5]) < 60
-        and int(m[6]) < 60
-        and _date_exists(m[1], m[2], m[3])
+        type(text) is str
+        and _NORMAL_RANGED.fullmatch(text) is not None
+        and ((text[8:10] <= "28" and not text.startswith("0000")) or _date_exists(text[:10]))
     ):
         return text
     return format_timestamp(parse_timestamp(text, name))
 
 
+_NORMAL_RANGED = re.compile(
+    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z"
+)
+
+
 @lru_cache(maxsize=4096)
-def _date_exists(year: str, month: str, day: str) -> bool:
+def _date_exists(date: str) -> bool:
+    """`YYYY-MM-DD` (digits) names a day of the calendar."""
     try:
-        datetime(int(year), int(month), int(day))
+        datetime(int(date[:4]), int(date[5:7]), int(date[8:10]))
     except ValueError:
         return False
     return True
@@ -268,7 +269,7 @@ def payload_hash(payload: dict[str, Any], source_timestamp: str | None) -> str:
 
 def payload_hash_of_text(payload_json: str, source_timestamp: str | None) -> str:
     """The same hash from the payload's canonical JSON text (computed once, also stored)."""
-    ts = canonical_json(source_timestamp)
+    ts = "null" if source_timestamp is None else json_string(source_timestamp)
     # "payload" sorts before "sourceTimestamp", so this is the canonical form of the pair.
     text = f'{{"payload":{payload_json},"sourceTimestamp":{ts}}}'
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -29,7 +29,7 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.core.basis import basis_flags
+from agent.core.basis import IdentityBasis, basis_flags
 from agent.core.contract import Decision, Delivery, Key, Rejection
 from agent.core.intake import incomplete_reason
 from agent.core.jcs import canonical_json
@@ -90,11 +90,12 @@ def classify(
     later arrivals.
     """
     outcomes: list[Outcome] = []
+    append = outcomes.append
     updates: dict[int, EventUpdate] = {}
-    seen_in_batch: set[Key] = set()
+    seen_in_batch: set[Key] = set()  # the new keys met so far: a later delivery of one repeats it
     for item in items:
         if isinstance(item, Rejection):
-            outcomes.append(Outcome(Decision.REJECTED, None, None, item.reason))
+            append(Outcome(Decision.REJECTED, None, None, item.reason))
             continue
         key = item.key
         if key is None:
@@ -102,17 +103,20 @@ def classify(
         else:
             cid, canonical_hash = canonical[key]
             new = key in created if created is not None else cid > max_id_before
-            first_of_new = new and key not in seen_in_batch
-            seen_in_batch.add(key)
-            if first_of_new:
-                oc = _inserted(item, key, cid, forgotten)
+            if new and key not in seen_in_batch:
+                seen_in_batch.add(key)
+                if forgotten or item.via is not None:
+                    oc = _inserted(item, key, cid, forgotten)
+                else:  # the common case of _inserted: nothing forgotten, not from a refresh
+                    oc = Outcome(Decision.INSERTED, cid, None)
             else:
                 upd = updates.get(cid)
                 if upd is None:
                     upd = updates[cid] = EventUpdate(cid)
                 oc = _repeated(item, cid, canonical_hash, upd, cid in pruned)
-        extra = basis_flags(item.basis)
-        outcomes.append(replace(oc, flags=oc.flags + extra) if extra else oc)
+        if item.basis == IdentityBasis.WINDOW:
+            oc = replace(oc, flags=oc.flags + basis_flags(item.basis))
+        append(oc)
     return outcomes, list(updates.values())
 
 
@@ -131,7 +135,11 @@ def _inserted(item: Delivery, key: Key, cid: int, forgotten: Mapping[tuple[str, 
 def _repeated(item: Delivery, cid: int, canonical_hash: str, upd: EventUpdate, pruned: bool) -> Outcome:
     """A later delivery of a known key: a duplicate of its canonical content, or a conflict."""
     upd.later_arrivals += 1
-    upd.add(item.arrival_at)
+    at = item.arrival_at
+    if at < upd.first_arrival:  # upd.add(at), without two calls
+        upd.first_arrival = at
+    if at > upd.last_arrival:
+        upd.last_arrival = at
     flags = (PAYLOAD_PRUNED,) if pruned else ()
     if item.payload_hash == canonical_hash:
         return Outcome(Decision.DUPLICATE, cid, cid, flags=flags)
@@ -159,9 +167,14 @@ def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:
     Identity-incomplete deliveries never make one.
     """
     firsts: dict[tuple[str, str], int] = {}
+    seen: set[tuple[str, str]] = set()  # (source, bootId) pairs met: their device is known
     for i, item in enumerate(items):
-        if isinstance(item, Delivery) and item.key is not None:
-            pair = (item.key.device, item.key.boot_id)
+        if isinstance(item, Delivery) and (key := item.key) is not None:
+            sb = (key.source, key.boot_id)
+            if sb in seen:
+                continue
+            seen.add(sb)
+            pair = (key.device, key.boot_id)
             if pair not in firsts:
                 firsts[pair] = i
     out = []

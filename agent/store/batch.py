@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import aiosqlite
 
@@ -21,6 +23,7 @@ from agent.store.boots import record_anomalies, record_boots
 log = logging.getLogger(__name__)
 
 CHUNK = 3000  # keys per VALUES list: 3 parameters each, far below SQLite's 32766
+PARAMS_PER_INSERT = 30_000  # parameters of one multi-row INSERT, below SQLite's 32766 (3.32+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +54,7 @@ async def record_batch(
     outcomes, updates = decide.classify(
         items, canonical, marks.max_canonical, pruned=pruned, forgotten=forgotten
     )
-    await insert_arrivals(db, items, arrival_ids, outcomes, updates, pruned)
+    await insert_arrivals(db, items, arrival_ids, outcomes)
     if pruned or forgotten:
         await record_retention_side(db, outcomes, updates, pruned)
     # Sightings read straight from a controller come first: they carry the real evidence
@@ -107,31 +110,69 @@ async def insert_canonicals(
     arrival_ids: list[int],
     marks: Marks,
 ) -> tuple[dict[Key, tuple[int, str]], set[int]]:
-    """Insert the first delivery of every key unless known; (canonical of every key, pruned ids)."""
+    """Insert the first delivery of every key unless known; (canonical of every key, pruned ids).
+
+    The keys already stored are read first (one indexed look-up per key, with the compact key
+    records once retention made some); the rest are inserted in one statement (or a few).
+    """
     if not firsts:
         return {}, set()
-    cur = await db.executemany(
-        rows.INSERT_UNLESS_KEY_RECORD if marks.has_key_records else rows.INSERT_EVENT,
-        [rows.event_row(key, d, arrival_ids[i]) for key, (d, i) in firsts.items()],
+    known, pruned = await canonical_of(db, path, list(firsts), marks.has_key_records, complete=False)
+    new = [(key, d, i) for key, (d, i) in firsts.items() if key not in known]
+    changed = await insert_many(
+        db,
+        rows.EVENT_COLUMNS,
+        rows.EVENT_WIDTH,
+        [rows.event_row(key, d, arrival_ids[i]) for key, d, i in new],
+        " ON CONFLICT(source, transition_id, boot_id) DO NOTHING",
     )
-    if cur.rowcount == len(firsts):
-        # Every key was new: with AUTOINCREMENT under BEGIN IMMEDIATE (we are the only writer)
-        # the ids are the next ones, in insertion order, and the canonical content is our own.
-        mine = {
-            key: (marks.max_canonical + 1 + n, d.payload_hash)
-            for n, (key, (d, _)) in enumerate(firsts.items())
-        }
-        return mine, set()
-    return await canonical_of(db, path, list(firsts), marks.has_key_records)
+    if changed != len(new):  # cannot happen inside BEGIN IMMEDIATE: read every key back
+        return await canonical_of(db, path, list(firsts), marks.has_key_records)
+    # Every key inserted was new: with AUTOINCREMENT under BEGIN IMMEDIATE (we are the only
+    # writer) the ids are the next ones, in insertion order, and the canonical content is ours.
+    # Once retention has pruned payloads, a key may live on only as a compact key record (the
+    # unique index of `events` no longer sees it): the look-up above found it there, so no
+    # second canonical is made for it.
+    for n, (key, d, _) in enumerate(new, marks.max_canonical + 1):
+        known[key] = (n, d.payload_hash)
+    return known, pruned
+
+
+@lru_cache(maxsize=64)
+def _values_sql(head: str, width: int, n: int, tail: str) -> str:
+    one = "(" + ",".join("?" * width) + ")"
+    return f"{head} VALUES {','.join([one] * n)}{tail}"
+
+
+async def insert_many(
+    db: aiosqlite.Connection, head: str, width: int, params: list[tuple[Any, ...]], tail: str = ""
+) -> int:
+    """`head VALUES (..),(..) tail` for `params` (rows of `width` values); returns rows changed.
+
+    One statement per row (`executemany`) costs SQLite a statement run per row, and each call
+    a trip to the connection's thread; here the rows of a batch of 1,000 take one statement."""
+    changed = 0
+    per = PARAMS_PER_INSERT // width
+    for start in range(0, len(params), per):
+        chunk = params[start : start + per]
+        cur = await db.execute(_values_sql(head, width, len(chunk), tail), [x for r in chunk for x in r])
+        changed += cur.rowcount
+    return changed
 
 
 async def canonical_of(
-    db: aiosqlite.Connection, path: str, keys: list[Key], with_key_records: bool = False
+    db: aiosqlite.Connection,
+    path: str,
+    keys: list[Key],
+    with_key_records: bool = False,
+    *,
+    complete: bool = True,
 ) -> tuple[dict[Key, tuple[int, str]], set[int]]:
-    """Read back (canonical_id, payload_hash) of every key, one query per chunk.
+    """Read (canonical_id, payload_hash) of the keys stored, one query per chunk.
 
     With `with_key_records`, keys whose payload was pruned are read from their compact key
-    record; their canonical ids are returned as the second value.
+    record; their canonical ids are returned as the second value. With `complete` (a read-back
+    after the insert), every key must be found.
     """
     found: dict[Key, tuple[int, str]] = {}
     pruned: set[int] = set()
@@ -156,7 +197,7 @@ async def canonical_of(
             found[Key(r[0], r[1], r[2])] = (int(r[3]), str(r[4]))
             if r[5]:
                 pruned.add(int(r[3]))
-    missing = [k for k in keys if k not in found]
+    missing = [k for k in keys if k not in found] if complete else []
     if missing:  # cannot happen inside BEGIN IMMEDIATE unless the schema is broken
         raise StoreError(f"Store {path}: canonical rows vanished for {len(missing)} keys")
     return found, pruned
@@ -183,21 +224,20 @@ async def insert_arrivals(
     items: Sequence[Delivery | Rejection],
     arrival_ids: list[int],
     outcomes: list[decide.Outcome],
-    updates: list[decide.EventUpdate],
-    pruned: set[int],
 ) -> None:
     """Every arrival, and the counts of the canonical events they touched."""
-    await db.executemany(
-        rows.INSERT_ARRIVAL,
+    await insert_many(
+        db,
+        rows.ARRIVAL_COLUMNS,
+        rows.ARRIVAL_WIDTH,
         [rows.arrival_row(a, it, oc) for a, it, oc in zip(arrival_ids, items, outcomes, strict=True)],
     )
     pairs = zip(arrival_ids, items, strict=True)
     via = [(it.via, a) for a, it in pairs if isinstance(it, Delivery) and it.via]
     if via:  # OPC UA alarm arrivals say how they came (live or refresh); others leave it out
         await db.executemany("UPDATE arrivals SET via = ? WHERE arrival_id = ?", via)
-    touched = [rows.event_update_row(u) for u in updates if u.canonical_id not in pruned]
-    if touched:
-        await db.executemany(rows.UPDATE_EVENT_COUNTS, touched)
+    if arrival_ids and any(oc.duplicate_of is not None for oc in outcomes):
+        await db.execute(rows.UPDATE_EVENT_COUNTS_OF_BATCH, (arrival_ids[0], arrival_ids[-1]))
 
 
 async def record_retention_side(

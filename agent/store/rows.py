@@ -8,34 +8,31 @@ from __future__ import annotations
 from typing import Any
 
 from agent.core.contract import Delivery, Key, Rejection
-from agent.core.decide import EventUpdate, Outcome
+from agent.core.decide import Outcome
 
-INSERT_EVENT = (
-    "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
-    " first_arrival, last_arrival, first_arrival_id, identity_basis) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-    " ON CONFLICT(source, transition_id, boot_id) DO NOTHING"
-)
-# Once retention has pruned payloads, a key may live on only as a compact key record: the insert
-# must not make a second canonical for it (the unique index of `events` no longer sees it).
-INSERT_UNLESS_KEY_RECORD = (
+EVENT_COLUMNS = (
     "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
     " first_arrival, last_arrival, first_arrival_id, identity_basis)"
-    " SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11"
-    " WHERE NOT EXISTS (SELECT 1 FROM event_keys x"
-    " WHERE x.source = ?1 AND x.transition_id = ?2 AND x.boot_id = ?3)"
-    " ON CONFLICT(source, transition_id, boot_id) DO NOTHING"
 )
-INSERT_ARRIVAL = (
+EVENT_WIDTH = 11
+ARRIVAL_COLUMNS = (
     "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
     " receiver, payload_hash, decision, canonical_id, reason, flags, line, live, raw, identity_basis)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
-UPDATE_EVENT_COUNTS = (
-    "UPDATE events SET duplicate_count = duplicate_count + ?,"
-    " conflict_count = conflict_count + ?,"
-    " status = CASE WHEN conflict_count + ? > 0 THEN 'DuplicateConflict' ELSE status END,"
-    " first_arrival = min(first_arrival, ?), last_arrival = max(last_arrival, ?)"
-    " WHERE canonical_id = ?"
+ARRIVAL_WIDTH = 16
+# The same counts for every canonical event that the arrivals ?1..?2 (one batch) repeated, in
+# one statement: each duplicate or conflict arrival is one later arrival of its canonical event
+# (what `decide.EventUpdate` counts). A pruned event is not in `events` any more: untouched.
+UPDATE_EVENT_COUNTS_OF_BATCH = (
+    "UPDATE events SET duplicate_count = duplicate_count + a.later,"
+    " conflict_count = conflict_count + a.conflicts,"
+    " status = CASE WHEN conflict_count + a.conflicts > 0 THEN 'DuplicateConflict' ELSE status END,"
+    " first_arrival = min(first_arrival, a.first), last_arrival = max(last_arrival, a.last)"
+    " FROM (SELECT canonical_id AS id, count(*) AS later, sum(decision = 'conflict') AS conflicts,"
+    " min(arrival_at) AS first, max(arrival_at) AS last FROM arrivals"
+    " WHERE arrival_id BETWEEN ?1 AND ?2 AND decision IN ('duplicate', 'conflict')"
+    " GROUP BY canonical_id) AS a"
+    " WHERE events.canonical_id = a.id"
 )
 INSERT_OUTBOX = "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, created_at) VALUES (?,?,?,?)"
 
@@ -54,10 +51,6 @@ def event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:
         arrival_id,
         str(item.basis),
     )
-
-
-def event_update_row(u: EventUpdate) -> tuple[Any, ...]:
-    return (u.later_arrivals, u.conflicts, u.conflicts, u.first_arrival, u.last_arrival, u.canonical_id)
 
 
 def arrival_row(arrival_id: int, item: Delivery | Rejection, oc: Outcome) -> tuple[Any, ...]:

@@ -42,3 +42,10 @@ def test_canonical_json_is_rfc8785(value: Any) -> None:
 @given(st.dictionaries(text, scalars, max_size=8))
 def test_flat_payloads_are_rfc8785(d: dict[str, Any]) -> None:
     assert canonical_json(d) == rfc8785.dumps(d).decode("utf-8")
+
+
+@given(st.dictionaries(text, scalars | st.integers(), max_size=8))
+def test_flat_payloads_with_any_integer_take_the_general_writers_form(d: dict[str, Any]) -> None:
+    # Beyond 2**53 our writer keeps integers exact (its one deviation): the fast paths
+    # (orjson up to 64 bits, then the general writer) must write what the general writer writes.
+    assert canonical_json(d) == canonical_json_general(d)
