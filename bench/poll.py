@@ -6,11 +6,12 @@ polls are counted by wrapping each source's ``poll``.
 One simulator process serves --n Modbus controllers (plus --m OPC UA controllers in a second
 one). Then, alternated for --rounds rounds (default 3; figures are medians):
 
-* fleet, agent: the real pollers (one task per connection, transition tracking) at --hz and
-  the real recorder into a real SQLite store (synchronous=FULL), for --seconds;
+* fleet, agent: the real pollers (one task per connection, transition tracking, the live
+  state the service keeps per connection) at --hz and the real recorder into a real SQLite
+  store (synchronous=FULL), for --seconds;
 * fleet, bare: one ``AsyncModbusTcpClient`` per controller doing the same reads (the blocks
-  the agent's read plan asks for) at the same interval, sleeping to the next multiple of it,
-  nothing else, for --seconds;
+  the agent's read plan asks for) on the same schedule (the same interval, each connection's
+  ticks at the same phase over it as the agent's), nothing else, for --seconds;
 * one connection, agent: one controller polled with an interval of 0.1 ms (as fast as it
   goes), recorder and store included; one connection, bare: the same reads back to back.
 
@@ -50,9 +51,10 @@ sys.path.insert(0, str(ROOT))
 from agent.config import loader as config  # noqa: E402
 from agent.core.contract import parse_timestamp  # noqa: E402
 from agent.core.decide import Outcome  # noqa: E402
+from agent.core.live import ServiceLive  # noqa: E402
 from agent.core.snapshot import Observations  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
-from agent.sources.base import Source, run_source  # noqa: E402
+from agent.sources.base import Source, due_in_s, phase_s, run_source  # noqa: E402
 from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
 from agent.store.store import Store  # noqa: E402
@@ -156,9 +158,18 @@ def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
 
 
 async def bare(
-    devices: Sequence[config.Device], ports: Sequence[int], seconds: float, *, paced: bool, warm_up: float
+    devices: Sequence[config.Device],
+    ports: Sequence[int],
+    seconds: float,
+    *,
+    paced: bool,
+    warm_up: float,
+    aligned: bool = False,
 ) -> dict[str, Any]:
-    """One bare client per controller, the same reads; paced to the interval or back to back."""
+    """One bare client per controller, the same reads; paced to the interval or back to back.
+
+    Paced, each connection ticks at the agent's phase for it; `aligned`: all at the multiples
+    of the interval (every client wakes on the same millisecond)."""
     window = Window()
     clients = [
         AsyncModbusTcpClient("127.0.0.1", port=p, timeout=1, retries=0, reconnect_delay=0) for p in ports
@@ -168,6 +179,8 @@ async def bare(
 
     async def one(dev: config.Device, client: AsyncModbusTcpClient) -> None:
         period = dev.poll
+        # The agent's schedule: each connection's ticks at its own stable phase over the interval.
+        phase = 0.0 if aligned else phase_s(f"{dev.name} {dev.connections[0].receiver}", period)
         reads = [
             (getattr(client, f"read_{'holding_registers' if t == 'holding' else t}"), s, n)
             for t, s, n in plan_of(dev)
@@ -180,7 +193,7 @@ async def bare(
             if ok:
                 window.mark(dev.name)
             if paced:
-                await asyncio.sleep(period - (time.monotonic() % period))
+                await asyncio.sleep(due_in_s(period, phase, time.monotonic()))
 
     tasks = [asyncio.create_task(one(d, c)) for d, c in zip(devices, clients, strict=True)]
     await asyncio.sleep(warm_up)
@@ -212,13 +225,18 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
     rec = asyncio.create_task(recorder.run(stop_rec))
     modbus: list[str] = []
     tasks = []
+    live = ServiceLive("", 0, "")
     for d in devices:
         for i, c in enumerate(d.connections):
             key = f"{d.name}#{i}"
             src = build_source(d, c)
             if isinstance(src, ModbusSource):
                 modbus.append(key)
-            tasks.append(asyncio.create_task(run_source(counted(src, window, key), recorder, stop)))
+            # Live state per connection, as the service keeps it for `status` and metrics.
+            link = live.connection(d.name, src.receiver)
+            tasks.append(
+                asyncio.create_task(run_source(counted(src, window, key), recorder, stop, live=link))
+            )
     await asyncio.sleep(warm_up)  # connect and first reads (whole ring) before measuring
     window.open()
     latencies[:] = []
@@ -279,7 +297,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 return await agent(fleet, a.seconds, Path(tmp) / f"f{next(runs)}.db", a.warm_up)
 
             async def bare_fleet() -> dict[str, Any]:
-                return await bare(fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up)
+                return await bare(
+                    fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up, aligned=a.aligned_bare
+                )
 
             ag, ba = await alternate_async(a.rounds, agent_fleet, bare_fleet)
             one_s = min(a.seconds, 5.0)
@@ -306,6 +326,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     bare_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ba]
     out["fleet"] = {
         "n_modbus": a.n,
+        "bare_schedule": "aligned" if a.aligned_bare else "agent phases",
         "m_opcua": a.m,
         "asked_polls_per_s": (a.n + a.m) * a.hz,
         "agent_polls_per_s": round(median([r["polls"] / r["wall"] for r in ag]), 1),
@@ -346,6 +367,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and bare loop")
     ap.add_argument("--rate", type=float, default=0.5, help="transitions per second per controller")
     ap.add_argument("--warm-up", type=float, default=1.5, help="seconds to connect and read before measuring")
+    ap.add_argument(
+        "--aligned-bare",
+        action="store_true",
+        help="pace the bare loop at the multiples of the interval (all clients at once) instead of "
+        "the agent's per-connection phases",
+    )
     print(json.dumps(asyncio.run(run(ap.parse_args()))))
 
 

@@ -135,6 +135,19 @@ class DeviceTracker:
                 return True
         return False
 
+    def settled(self, snap: Snapshot) -> bool:
+        """Whether observing ``snap`` again, at any read time, would add nothing and change nothing.
+
+        Asked right after :meth:`observe` of ``snap``. True when no ring read is due and the
+        server start time (OPC UA) is the one already seen: counters, boot and window states
+        then equal what ``snap`` holds, so a source that reads exactly the same values again
+        on the same connection may skip decoding and observing them. Any reconnect
+        (:meth:`reconnected`) or changed value needs a full observation.
+        """
+        if snap.start_time is not None and snap.start_time != self.last_start_time:
+            return False
+        return not self.needs_ring(snap)
+
     def observe(self, snap: Snapshot) -> Observations:
         """What ``snap`` adds: boots, then channels, then the ring, then the gaps left over."""
         if len(set(snap.boot_reads)) > 1:
