@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.core.contract import Anomaly, Delivery
@@ -162,8 +162,10 @@ class DeviceTracker:
         if snap.ring is not None:
             self.ring_due = False
         anomalies += self._gaps(snap, missing, overran, buffered)
-        obs = Observations(tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes))
-        return replace(obs, positions=self._moved(*before))
+        positions = self._moved(*before)
+        return Observations(
+            tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes), positions
+        )
 
     def observe_entries(self, entries: Iterable[RingItem], *, read_at: str, receiver: str) -> Observations:
         """Transitions that arrive with their full identity (OPC UA events): live deliveries."""

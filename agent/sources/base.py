@@ -107,8 +107,10 @@ def _boot_of(obs: Observations) -> str | None:
     """The controller's current boot id as this poll showed it (None: unchanged or unknown)."""
     if obs.boots:
         return obs.boots[-1].boot_id
-    live = [d.boot_id for d in obs.deliveries if d.live and d.boot_id]
-    return live[-1] if live else None
+    for d in reversed(obs.deliveries):
+        if d.live and d.boot_id:
+            return d.boot_id
+    return None
 
 
 class _Link:
