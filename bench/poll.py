@@ -1,7 +1,7 @@
 """Poller benchmark: the agent's Modbus pollers against a bare pymodbus loop; prints one JSON line.
 
 It measures the agent's own pollers and recorder and must not change agent code to do so:
-polls are counted by wrapping each source's ``poll``.
+polls are counted where the service counts them, in each connection's live state.
 
 One simulator process serves --n Modbus controllers (plus --m OPC UA controllers in a second
 one). Then, alternated for --rounds rounds (default 3; figures are medians):
@@ -50,10 +50,10 @@ sys.path.insert(0, str(ROOT))
 from agent.config import loader as config  # noqa: E402
 from agent.core.contract import Decision, parse_timestamp  # noqa: E402
 from agent.core.decide import Outcome  # noqa: E402
-from agent.core.live import ServiceLive  # noqa: E402
+from agent.core.live import ConnectionLive  # noqa: E402
 from agent.core.snapshot import Observations  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
-from agent.sources.base import Source, due_in_s, phase_s, run_source  # noqa: E402
+from agent.sources.base import due_in_s, phase_s, run_source  # noqa: E402
 from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
 from agent.store.store import Store  # noqa: E402
@@ -137,16 +137,17 @@ class Window:
         return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1000, 1) if gaps else None
 
 
-def counted(source: Source, window: Window, key: str) -> Source:
-    inner = source.poll
+class CountedLive(ConnectionLive):
+    """The live state the service keeps per connection, marking each answered poll in `window`
+    (one method call per poll, as the bare loop's own mark: no wrapper around the poll)."""
 
-    async def poll() -> Observations:
-        obs = await inner()
-        window.mark(key)
-        return obs
+    def __init__(self, device: str, receiver: str, window: Window, key: str) -> None:
+        super().__init__(device, receiver)
+        self.window, self.key = window, key
 
-    source.poll = poll  # type: ignore[method-assign]
-    return source
+    def polled(self, at_s: float, boot_id: str | None) -> None:
+        super().polled(at_s, boot_id)
+        self.window.mark(self.key)
 
 
 def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
@@ -226,7 +227,6 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
     rec = asyncio.create_task(recorder.run(stop_rec))
     modbus: list[str] = []
     tasks = []
-    live = ServiceLive("", 0, "")
     for d in devices:
         for i, c in enumerate(d.connections):
             key = f"{d.name}#{i}"
@@ -234,10 +234,8 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
             if isinstance(src, ModbusSource):
                 modbus.append(key)
             # Live state per connection, as the service keeps it for `status` and metrics.
-            link = live.connection(d.name, src.receiver)
-            tasks.append(
-                asyncio.create_task(run_source(counted(src, window, key), recorder, stop, live=link))
-            )
+            link = CountedLive(d.name, src.receiver, window, key)
+            tasks.append(asyncio.create_task(run_source(src, recorder, stop, live=link)))
     await asyncio.sleep(warm_up)  # connect and first reads (whole ring) before measuring
     window.open()
     committed[:] = []
