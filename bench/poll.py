@@ -1,16 +1,17 @@
 """Poller benchmark: the agent's Modbus pollers against a bare pymodbus loop; prints one JSON line.
 
 It measures the agent's own pollers and recorder and must not change agent code to do so:
-polls are counted by wrapping each source's ``poll``.
+polls are counted where the service counts them, in each connection's live state.
 
 One simulator process serves --n Modbus controllers (plus --m OPC UA controllers in a second
 one). Then, alternated for --rounds rounds (default 3; figures are medians):
 
-* fleet, agent: the real pollers (one task per connection, transition tracking) at --hz and
-  the real recorder into a real SQLite store (synchronous=FULL), for --seconds;
+* fleet, agent: the real pollers (one task per connection, transition tracking, the live
+  state the service keeps per connection) at --hz and the real recorder into a real SQLite
+  store (synchronous=FULL), for --seconds;
 * fleet, bare: one ``AsyncModbusTcpClient`` per controller doing the same reads (the blocks
-  the agent's read plan asks for) at the same interval, sleeping to the next multiple of it,
-  nothing else, for --seconds;
+  the agent's read plan asks for) on the same schedule (the same interval, each connection's
+  ticks at the same phase over it as the agent's), nothing else, for --seconds;
 * one connection, agent: one controller polled with an interval of 0.1 ms (as fast as it
   goes), recorder and store included; one connection, bare: the same reads back to back.
 
@@ -37,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +48,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agent.config import loader as config  # noqa: E402
-from agent.core.contract import parse_timestamp  # noqa: E402
+from agent.core.contract import Decision, parse_timestamp  # noqa: E402
 from agent.core.decide import Outcome  # noqa: E402
+from agent.core.live import ConnectionLive  # noqa: E402
 from agent.core.snapshot import Observations  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
-from agent.sources.base import Source, run_source  # noqa: E402
+from agent.sources.base import due_in_s, phase_s, run_source  # noqa: E402
 from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
 from agent.store.store import Store  # noqa: E402
@@ -136,16 +137,17 @@ class Window:
         return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1000, 1) if gaps else None
 
 
-def counted(source: Source, window: Window, key: str) -> Source:
-    inner = source.poll
+class CountedLive(ConnectionLive):
+    """The live state the service keeps per connection, marking each answered poll in `window`
+    (one method call per poll, as the bare loop's own mark: no wrapper around the poll)."""
 
-    async def poll() -> Observations:
-        obs = await inner()
-        window.mark(key)
-        return obs
+    def __init__(self, device: str, receiver: str, window: Window, key: str) -> None:
+        super().__init__(device, receiver)
+        self.window, self.key = window, key
 
-    source.poll = poll  # type: ignore[method-assign]
-    return source
+    def polled(self, at_s: float, boot_id: str | None) -> None:
+        super().polled(at_s, boot_id)
+        self.window.mark(self.key)
 
 
 def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
@@ -156,9 +158,18 @@ def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
 
 
 async def bare(
-    devices: Sequence[config.Device], ports: Sequence[int], seconds: float, *, paced: bool, warm_up: float
+    devices: Sequence[config.Device],
+    ports: Sequence[int],
+    seconds: float,
+    *,
+    paced: bool,
+    warm_up: float,
+    aligned: bool = False,
 ) -> dict[str, Any]:
-    """One bare client per controller, the same reads; paced to the interval or back to back."""
+    """One bare client per controller, the same reads; paced to the interval or back to back.
+
+    Paced, each connection ticks at the agent's phase for it; `aligned`: all at the multiples
+    of the interval (every client wakes on the same millisecond)."""
     window = Window()
     clients = [
         AsyncModbusTcpClient("127.0.0.1", port=p, timeout=1, retries=0, reconnect_delay=0) for p in ports
@@ -168,6 +179,8 @@ async def bare(
 
     async def one(dev: config.Device, client: AsyncModbusTcpClient) -> None:
         period = dev.poll
+        # The agent's schedule: each connection's ticks at its own stable phase over the interval.
+        phase = 0.0 if aligned else phase_s(f"{dev.name} {dev.connections[0].receiver}", period)
         reads = [
             (getattr(client, f"read_{'holding_registers' if t == 'holding' else t}"), s, n)
             for t, s, n in plan_of(dev)
@@ -180,7 +193,7 @@ async def bare(
             if ok:
                 window.mark(dev.name)
             if paced:
-                await asyncio.sleep(period - (time.monotonic() % period))
+                await asyncio.sleep(due_in_s(period, phase, time.monotonic()))
 
     tasks = [asyncio.create_task(one(d, c)) for d, c in zip(devices, clients, strict=True)]
     await asyncio.sleep(warm_up)
@@ -196,14 +209,16 @@ async def bare(
 
 async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm_up: float) -> dict[str, Any]:
     """The real pollers and recorder into a real store."""
-    latencies: list[float] = []
+    # (commit time, source time) of each new live transition; the latencies are worked out after
+    # the run, so that the bench's own arithmetic is not counted as the agent's CPU.
+    committed: list[tuple[float, str]] = []
 
     def on_commit(batch: Sequence[Observations], outcomes: Sequence[Outcome]) -> None:
-        now = datetime.now(UTC)
+        now = time.time()
         deliveries = [d for obs in batch for d in obs.deliveries]
         for d, oc in zip(deliveries, outcomes, strict=False):
-            if oc.decision.value == "inserted" and d.live and d.source_timestamp:
-                latencies.append((now - parse_timestamp(d.source_timestamp, "ts")).total_seconds() * 1000)
+            if oc.decision is Decision.INSERTED and d.live and d.source_timestamp:
+                committed.append((now, d.source_timestamp))
 
     store = await Store.open(db)
     recorder = Recorder(store, on_commit=on_commit)
@@ -218,10 +233,12 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
             src = build_source(d, c)
             if isinstance(src, ModbusSource):
                 modbus.append(key)
-            tasks.append(asyncio.create_task(run_source(counted(src, window, key), recorder, stop)))
+            # Live state per connection, as the service keeps it for `status` and metrics.
+            link = CountedLive(d.name, src.receiver, window, key)
+            tasks.append(asyncio.create_task(run_source(src, recorder, stop, live=link)))
     await asyncio.sleep(warm_up)  # connect and first reads (whole ring) before measuring
     window.open()
-    latencies[:] = []
+    committed[:] = []
     cpu0, wall0 = time.process_time(), time.monotonic()
     await asyncio.sleep(seconds)
     cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
@@ -231,7 +248,7 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
     stop_rec.set()
     await rec
     await store.close()
-    latencies.sort()
+    latencies = sorted((at - parse_timestamp(ts, "ts").timestamp()) * 1000 for at, ts in committed)
 
     def pct(p: float) -> float | None:
         return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))], 1) if latencies else None
@@ -279,7 +296,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 return await agent(fleet, a.seconds, Path(tmp) / f"f{next(runs)}.db", a.warm_up)
 
             async def bare_fleet() -> dict[str, Any]:
-                return await bare(fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up)
+                return await bare(
+                    fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up, aligned=a.aligned_bare
+                )
 
             ag, ba = await alternate_async(a.rounds, agent_fleet, bare_fleet)
             one_s = min(a.seconds, 5.0)
@@ -306,6 +325,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     bare_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ba]
     out["fleet"] = {
         "n_modbus": a.n,
+        "bare_schedule": "aligned" if a.aligned_bare else "agent phases",
         "m_opcua": a.m,
         "asked_polls_per_s": (a.n + a.m) * a.hz,
         "agent_polls_per_s": round(median([r["polls"] / r["wall"] for r in ag]), 1),
@@ -346,6 +366,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and bare loop")
     ap.add_argument("--rate", type=float, default=0.5, help="transitions per second per controller")
     ap.add_argument("--warm-up", type=float, default=1.5, help="seconds to connect and read before measuring")
+    ap.add_argument(
+        "--aligned-bare",
+        action="store_true",
+        help="pace the bare loop at the multiples of the interval (all clients at once) instead of "
+        "the agent's per-connection phases",
+    )
     print(json.dumps(asyncio.run(run(ap.parse_args()))))
 
 

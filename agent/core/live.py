@@ -8,26 +8,44 @@ status` needs no socket into the service) and the metrics endpoint reads them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
+
+from agent.core.contract import format_timestamp
 
 
 @dataclass
 class ConnectionLive:
-    """One connection of one device (a PLC reachable over two paths has two)."""
+    """One connection of one device (a PLC reachable over two paths has two).
+
+    The time of the last poll is kept as wall-clock seconds (``last_poll_s``, set on every
+    poll) and written as text (``last_poll_at``) only when the state is read.
+    """
 
     device: str
     receiver: str
     state: str = "connecting"  # connecting | up | unavailable | stopped
-    last_poll_at: str | None = None
+    last_poll_s: float | None = None
     boot_id: str | None = None
     polls: int = 0
     read_errors: int = 0
     last_error: str | None = None
 
-    def polled(self, at: str, boot_id: str | None) -> None:
-        self.state, self.last_poll_at, self.polls = "up", at, self.polls + 1
+    @property
+    def last_poll_at(self) -> str | None:
+        at = self.last_poll_s
+        return None if at is None else format_timestamp(datetime.fromtimestamp(at, UTC))
+
+    def polled(self, at_s: float, boot_id: str | None) -> None:
+        """A poll answered at `at_s` (wall clock, seconds since the Unix epoch)."""
+        self.state, self.last_poll_s, self.polls = "up", at_s, self.polls + 1
         if boot_id is not None:
             self.boot_id = boot_id
+
+    def snapshot(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["last_poll_s"]
+        return {**out, "last_poll_at": self.last_poll_at}
 
     def failed(self, error: str) -> None:
         self.state, self.last_error, self.read_errors = "unavailable", error, self.read_errors + 1
@@ -73,4 +91,4 @@ class ServiceLive:
         return c
 
     def snapshot(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "connections": [c.snapshot() for c in self.connections]}

@@ -187,16 +187,25 @@ def make_delivery(
     )
 
 
-_LEAVES = (str, int, bool, type(None))
-
-
 def _plain(value: Any) -> Any:
-    """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text."""
+    """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text.
+
+    The plain types a read is made of are told by their exact type (an ABC check per value
+    was most of the cost of a delivery); anything else takes :func:`_plain_general`."""
     kind = type(value)
-    if kind in _LEAVES:  # the common leaves first: the ABC checks below are slow (per delivery)
+    if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is dict:
-        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [_plain(v) for v in value]
+    if kind is float:
+        return value if math.isfinite(value) else str(value)
+    return _plain_general(value)
+
+
+def _plain_general(value: Any) -> Any:
+    """:func:`_plain` for any value: subclasses and other mappings and sequences included."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.core.contract import Anomaly, Delivery
@@ -135,6 +135,19 @@ class DeviceTracker:
                 return True
         return False
 
+    def settled(self, snap: Snapshot) -> bool:
+        """Whether observing ``snap`` again, at any read time, would add nothing and change nothing.
+
+        Asked right after :meth:`observe` of ``snap``. True when no ring read is due and the
+        server start time (OPC UA) is the one already seen: counters, boot and window states
+        then equal what ``snap`` holds, so a source that reads exactly the same values again
+        on the same connection may skip decoding and observing them. Any reconnect
+        (:meth:`reconnected`) or changed value needs a full observation.
+        """
+        if snap.start_time is not None and snap.start_time != self.last_start_time:
+            return False
+        return not self.needs_ring(snap)
+
     def observe(self, snap: Snapshot) -> Observations:
         """What ``snap`` adds: boots, then channels, then the ring, then the gaps left over."""
         if len(set(snap.boot_reads)) > 1:
@@ -149,8 +162,10 @@ class DeviceTracker:
         if snap.ring is not None:
             self.ring_due = False
         anomalies += self._gaps(snap, missing, overran, buffered)
-        obs = Observations(tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes))
-        return replace(obs, positions=self._moved(*before))
+        positions = self._moved(*before)
+        return Observations(
+            tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes), positions
+        )
 
     def observe_entries(self, entries: Iterable[RingItem], *, read_at: str, receiver: str) -> Observations:
         """Transitions that arrive with their full identity (OPC UA events): live deliveries."""

@@ -33,12 +33,11 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 import zlib
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Protocol
 
-from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.live import ConnectionLive
 from agent.core.retry import backoff_s
@@ -104,16 +103,14 @@ def due_in_s(period: float, phase: float, now: float) -> float:
     return period - ((now - phase) % period)
 
 
-def _now_text() -> str:
-    return format_timestamp(datetime.now(UTC))
-
-
 def _boot_of(obs: Observations) -> str | None:
     """The controller's current boot id as this poll showed it (None: unchanged or unknown)."""
     if obs.boots:
         return obs.boots[-1].boot_id
-    live = [d.boot_id for d in obs.deliveries if d.live and d.boot_id]
-    return live[-1] if live else None
+    for d in reversed(obs.deliveries):
+        if d.live and d.boot_id:
+            return d.boot_id
+    return None
 
 
 class _Link:
@@ -132,7 +129,7 @@ class _Link:
         self.state.set("link", None)
         self.failures = 0
         if self.live is not None:
-            self.live.polled(_now_text(), _boot_of(obs))
+            self.live.polled(time.time(), _boot_of(obs))
         for note in obs.notes:
             log.info("%s: %s", self.label, note)
 

@@ -63,7 +63,7 @@ def response_problem(
             return f"{len(values)} bits for {block.count} asked"
     elif len(values) != block.count:
         return f"{len(values)} registers for {block.count} asked"
-    elif any(not 0 <= v <= 0xFFFF for v in values):
+    elif values and (min(values) < 0 or max(values) > 0xFFFF):
         return "a register value outside 0..65535"
     return None
 

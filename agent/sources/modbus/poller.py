@@ -10,6 +10,11 @@ a reconnect, a boot change or a counter that moved by more than one). pymodbus' 
 reconnect is off (``reconnect_delay=0``): its default waits up to 300 s after a long outage,
 and our loop backs off with jitter and a cap instead (:func:`agent.sources.base.run_source`).
 
+A poll whose registers are exactly those of the last poll on the same connection (boot id,
+fields, the boot id read again) adds nothing when the tracker said it was settled after that
+poll (no ring read due): nothing is decoded or observed then. A reconnect, a failed or split
+read, or any changed register gives a full read and observation.
+
 An exception response (e.g. 2, illegal data address) is not a link failure: the device's
 fields are then read channel by channel for a while, so that one bad channel does not stop
 the others, and each field's error is logged once per change. A request that gets no answer
@@ -47,6 +52,7 @@ from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan
 from agent.sources.readings import BadValue, boot_number, channel_fields, ring_item
 
 log = logging.getLogger(__name__)
+NOTHING = Observations()  # what a poll that read exactly what the last one read adds
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; we log what we catch
 
 SPLIT_FOR_S = 30.0
@@ -63,6 +69,11 @@ _READ_OF = {
 
 def _now() -> str:
     return format_timestamp(datetime.now(UTC))
+
+
+def _wake(tick: asyncio.Future[None]) -> None:
+    if not tick.done():  # a sleep that was cancelled, or already woken by stop
+        tick.set_result(None)
 
 
 @dataclass
@@ -103,6 +114,9 @@ class ModbusSource:
         self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
         self._stop_waiter: asyncio.Future[Any] | None = None
         self._stop_of: asyncio.Event | None = None
+        self._tick: asyncio.Future[None] | None = None  # the sleep to the next tick, while it lasts
+        # The registers of the last poll on this connection after which the tracker was settled.
+        self._same: list[list[int] | None] | None = None
 
     def _ring_blocks(self, max_gap: int) -> tuple[Block, ...]:
         ring = self.dev.ring
@@ -145,9 +159,11 @@ class ModbusSource:
             raise SourceUnavailable(f"cannot connect: {exc or type(exc).__name__}") from exc
         if not ok:
             raise SourceUnavailable("cannot connect (refused or unreachable)")
+        self._same = None
         self.tracker.reconnected()
 
     async def close(self) -> None:
+        self._same = None
         self._drop_stop_waiter()
         client, self.client = self.client, None
         if client is not None:
@@ -159,17 +175,31 @@ class ModbusSource:
     async def wait(self, stop: asyncio.Event) -> None:
         """Sleep to this connection's next tick (its phase over the poll interval), or until stop.
 
-        One waiter for `stop` lives as long as the connection; each wait adds only a timer (no
-        task per poll)."""
+        One waiter for `stop` lives as long as the connection and wakes the sleep it finds; each
+        wait is one future and one timer, as `asyncio.sleep` (no task per poll)."""
         if self._stop_waiter is None or self._stop_of is not stop:
             self._drop_stop_waiter()
             self._stop_of = stop
             self._stop_waiter = asyncio.ensure_future(stop.wait())
+            self._stop_waiter.add_done_callback(self._stopped)
+        if stop.is_set():
+            return
         delay = due_in_s(self.dev.poll, self.phase, time.monotonic())
         if delay < MIN_SLEEP_S:
             await asyncio.sleep(0)  # a timer this short would still sleep a whole millisecond
             return
-        await asyncio.wait((self._stop_waiter,), timeout=delay)
+        loop = asyncio.get_running_loop()
+        tick = self._tick = loop.create_future()
+        loop.call_later(delay, _wake, tick)
+        try:
+            await tick
+        finally:
+            self._tick = None
+
+    def _stopped(self, _waiter: asyncio.Future[Any]) -> None:
+        """`stop` was set (or its waiter dropped): end the sleep under way, if any."""
+        if self._tick is not None:
+            _wake(self._tick)
 
     def _drop_stop_waiter(self) -> None:
         waiter, self._stop_waiter, self._stop_of = self._stop_waiter, None, None
@@ -177,14 +207,22 @@ class ModbusSource:
             waiter.cancel()
 
     async def poll(self) -> Observations:
+        """Read and observe once. Registers equal to those of the last poll on this connection,
+        after which the tracker was settled, cannot hold anything new: nothing is decoded then."""
         self.polls += 1
         for _ in range(TORN_RETRIES):
-            snap = await self.snapshot()
+            fields, again = await self._read()
+            same = None if fields.split else [*fields.got.values(), again]
+            if same is not None and same == self._same:
+                return NOTHING
+            snap = self._snapshot_of(fields, again)
             if self.tracker.needs_ring(snap):
                 snap = await self._with_ring(snap)
             obs = self.tracker.observe(snap)
             if not obs.torn:
+                self._same = same if same is not None and self.tracker.settled(snap) else None
                 return obs
+            self._same = None
         return Observations(notes=("boot id changed during every read; trying again next poll",))
 
     async def probe(self) -> Snapshot:
@@ -201,24 +239,26 @@ class ModbusSource:
         # Read-only on purpose: these four are the only requests this agent ever sends (function
         # codes 1-4); nothing here can write to a controller.
         fn = getattr(self.client, _READ_OF[block.table])
+        # No timer of our own per request: pymodbus waits at most `timeout` for the answer
+        # (retries=0) and then raises ModbusIOException ("No response received"): a link failure.
         try:
-            async with asyncio.timeout(self.conn.timeout + 0.5):
-                rr = await fn(block.start, count=block.count, device_id=self.conn.unit)
-        except TimeoutError as exc:
-            raise SourceUnavailable(f"read timed out after {self.conn.timeout * 1000:.0f} ms") from exc
+            rr = await fn(block.start, count=block.count, device_id=self.conn.unit)
         except (ModbusException, OSError, struct.error, ValueError, IndexError) as exc:
-            # pymodbus raises ModbusIOException for a wrong unit id or transaction id, and lets
-            # struct.error through for a truncated frame: the stream can no longer be trusted.
+            # pymodbus raises ModbusIOException for no answer in time and for a wrong unit id or
+            # transaction id, and lets struct.error through for a truncated frame: the stream can
+            # no longer be trusted.
             raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
         if rr.isError():
             raise ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
-        values = list(rr.bits if block.table in BIT_TABLES else rr.registers)
+        bits = block.table in BIT_TABLES
+        values = list(rr.bits if bits else rr.registers)
         problem = response_problem(
             block, getattr(rr, "function_code", None), getattr(rr, "dev_id", None), self.conn.unit, values
         )
         if problem is not None:
             raise BadResponse(block, problem)
-        return [int(v) for v in values[: block.count]]
+        # Registers: exactly `count` whole numbers in 0..65535 (checked above).
+        return [int(v) for v in values[: block.count]] if bits else values
 
     async def _read_all(self, blocks: Sequence[Block]) -> tuple[dict[Block, list[int]], dict[Block, str]]:
         got: dict[Block, list[int]] = {}
@@ -232,11 +272,23 @@ class ModbusSource:
 
     async def snapshot(self) -> Snapshot:
         """The boot id and every channel; the boot id read again when the fields took several requests."""
+        return self._snapshot_of(*await self._read())
+
+    async def _read(self) -> tuple[FieldReads, list[int] | None]:
+        """The fields, and the boot id's registers read again after them (None: not read again,
+        or refused) when the fields took several requests."""
         fields = await self._read_fields()
+        again = None
+        if self.plan.boot is not None and (fields.split or self.plan.recheck_boot):
+            got, _ = await self._read_all([self.plan.boot])
+            again = got.get(self.plan.boot)
+        return fields, again
+
+    def _snapshot_of(self, fields: FieldReads, again: list[int] | None) -> Snapshot:
         boot = self._boot_value(fields.got)
         boots = [boot]
         if self.plan.boot is not None and (fields.split or self.plan.recheck_boot):
-            boots.append(await self._boot_again())
+            boots.append(self._boot_value({self.plan.boot: again}) if again is not None else None)
         self.errors.set("boot id", fields.boot_error)
         reads = tuple(
             self._channel(ch, fields.got, fields.channel_errors.get(ch.name)) for ch in self.dev.channels
@@ -277,11 +329,6 @@ class ModbusSource:
             if ch_failed:
                 out.channel_errors[ch.name] = next(iter(ch_failed.values()))
         return out
-
-    async def _boot_again(self) -> str | None:
-        assert self.plan.boot is not None
-        again, again_failed = await self._read_all([self.plan.boot])
-        return self._boot_value(again) if not again_failed else None
 
     def _boot_where(self) -> dict[str, Any]:
         if self.dev.boot_id is None:
