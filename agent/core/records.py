@@ -77,19 +77,6 @@ class IdentityIncomplete:
 Record = Transition | BootObserved | ChannelAnomaly | IdentityIncomplete
 
 
-class TransitionText(NamedTuple):
-    """A transition whose event text the store already wrote (the common case of a backlog):
-    every string of it goes between JSON quotes as it is and its boot and transition ids need
-    no percent-encoding. `ce_id` is `bootId:transitionId`; `middle` is the event's text from
-    `time` (or, without one, `datacontenttype`) up to `identitybasis` with its value;
-    `payload_json` the stored payload. Any other transition comes as a `Transition`."""
-
-    source: str
-    ce_id: str
-    middle: str
-    payload_json: str
-
-
 class Entry(NamedTuple):
     """One claimed outbox row. `attempt` is this attempt's number (1, 2, ...), already stored.
 
@@ -102,4 +89,4 @@ class Entry(NamedTuple):
     ref_id: int
     attempt: int
     created_at: str
-    record: Record | TransitionText | None
+    record: Record | None

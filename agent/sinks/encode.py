@@ -35,14 +35,7 @@ from typing import Any, NamedTuple
 
 from agent.core import contract
 from agent.core.contract import Key, channel_of, device_of, pct
-from agent.core.records import (
-    BootObserved,
-    ChannelAnomaly,
-    Entry,
-    IdentityIncomplete,
-    Transition,
-    TransitionText,
-)
+from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
 
 SPECVERSION = "1.0"
 EVENT_CONTENT_TYPE = "application/cloudevents+json"
@@ -94,8 +87,6 @@ def encode(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: s
     `store_id` is the UUID of the store the entry was claimed from (`Store.store_id`).
     """
     rec = entry.record
-    if type(rec) is TransitionText:
-        return _transition_text(entry, rec, site, gateway, replayed)
     if type(rec) is Transition:
         fast = _transition_fast(entry, rec, site, gateway, replayed)
         if fast is not None:
@@ -214,30 +205,6 @@ def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, repla
         entry.outbox_id,
         ce_source,
         ce_id,
-        contract.TRANSITION_TYPE,
-        entry.kind,
-        device,
-        channel,
-        body.encode(),
-    )
-    return _new(Event, fields)
-
-
-def _transition_text(entry: Entry, r: TransitionText, site: str, gateway: str, replayed: bool) -> Event:
-    """A transition whose text the store wrote (`TransitionText`): the same event as
-    `_transition_fast` writes, glued from cached per-source parts around it."""
-    try:
-        ce_source, device, channel, after_id, after_basis = _transition_head(site, r.source, gateway)
-    except contract.ContractError as exc:
-        raise EncodeError(f"outbox row {entry.outbox_id}: {exc}") from exc
-    body = (
-        f'{{"specversion":"{SPECVERSION}","id":"{r.ce_id}"{after_id}{r.middle}{after_basis}{int(entry.attempt)},'
-        f'"replayed":{"true" if replayed else "false"},"data":{r.payload_json}}}'
-    )
-    fields = (
-        entry.outbox_id,
-        ce_source,
-        r.ce_id,
         contract.TRANSITION_TYPE,
         entry.kind,
         device,

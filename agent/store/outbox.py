@@ -36,55 +36,20 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from agent.core.records import (
-    BootObserved,
-    ChannelAnomaly,
-    Entry,
-    IdentityIncomplete,
-    Record,
-    Transition,
-    TransitionText,
-)
+from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.core.send_outcome import SendOutcome, Verdict
 from agent.store.connection import WriterConnection
 
 # The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
 # transition's record (most rows) by primary key in the same statement; the other kinds'
 # records by primary key in one statement per kind (no join probing four tables per row).
-# A transition in the common form comes as four texts, its event's middle written by SQLite
-# (`_MIDDLE`: fewer values to turn into Python objects, no per-row checks or writing in Python):
-# its boot and transition ids need no percent-encoding, its arrival and source timestamps (or
-# NULL) are in the normal form `YYYY-MM-DDTHH:MM:SS.mmmZ`, so every string of it goes between
-# JSON quotes as it is (`identity_basis` is one of three words by the table's CHECK). Any
-# other one (NULL there) is read whole by `_RECORDS["transition"]`. GLOB stops at a U+0000,
-# hence the `instr`s.
-_D = "[0-9]"
-_TS = f"{_D * 4}-{_D * 2}-{_D * 2}T{_D * 2}:{_D * 2}:{_D * 2}.{_D * 3}Z"
-_COMMON_FORM = (
-    "instr(e.boot_id, char(0)) + instr(e.transition_id, char(0)) + instr(e.first_arrival, char(0))"
-    " + coalesce(instr(e.source_ts, char(0)), 0) = 0"
-    " AND e.boot_id || e.transition_id NOT GLOB '*[^A-Za-z0-9._~-]*'"
-    f" AND e.first_arrival GLOB '{_TS}' AND (e.source_ts IS NULL OR e.source_ts GLOB '{_TS}')"
-)
-_REST = (
-    '"datacontenttype":"application/json","bootid":"%s","transitionid":"%s","arrivalat":"%s",'
-    '"identitybasis":"%s"'
-)
-_MIDDLE = (
-    f"CASE WHEN e.source_ts IS NULL THEN format(',{_REST}', e.boot_id, e.transition_id, e.first_arrival,"
-    f' e.identity_basis) ELSE format(\',"time":"%s",{_REST}\', e.source_ts, e.boot_id, e.transition_id,'
-    " e.first_arrival, e.identity_basis) END"
-)
 _HEAD = (
-    "SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at, e.source,"
-    " e.boot_id || ':' || e.transition_id,"
-    f" CASE WHEN {_COMMON_FORM} THEN {_MIDDLE} END, e.payload"
+    "SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at, e.canonical_id, e.source,"
+    " e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival, e.identity_basis"
     " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
     " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
 )
 _RECORDS = {
-    "transition": "SELECT canonical_id, source, transition_id, boot_id, source_ts, payload, first_arrival,"
-    " identity_basis FROM events WHERE canonical_id IN (SELECT value FROM json_each(?))",
     "boot_observed": "SELECT boot_row, device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
     " evidence FROM boots WHERE boot_row IN (SELECT value FROM json_each(?))",
     "anomaly": "SELECT anomaly_id, source, boot_id, kind, from_value, to_value, detected_at, evidence"
@@ -198,7 +163,7 @@ class Outbox:
             return [], []
         wanted: dict[str, list[int]] = {}
         for r in rows:
-            if r[1] != "transition" or r[7] is None:
+            if r[1] != "transition":
                 wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[2])
         records: dict[str, dict[int, Any]] = {}
         for table, refs in wanted.items():
@@ -352,16 +317,16 @@ def _err(oc: SendOutcome) -> str:
 
 
 def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[Entry]:
-    """The claimed outbox rows (the head query's) with their records: a common transition's
-    text is in its row (columns 5 to 8), the other transitions' records (and the other kinds')
-    are in `records` by table and id (none: the record is gone)."""
+    """The claimed outbox rows (the head query's) with their records: a transition's is in its
+    row (columns 5 on; NULL when it is gone), the other kinds' in `records` by table and id."""
     out: list[Entry] = []
     append = out.append
     new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
     for r in rows:
         kind = r[1]
-        if kind == "transition" and r[7] is not None:
-            append(new(Entry, (r[0], kind, r[2], r[3] + 1, r[4], new(TransitionText, r[5:9]))))
+        if kind == "transition":
+            rec = None if r[5] is None else new(Transition, r[5:13])
+            append(new(Entry, (r[0], kind, r[2], r[3] + 1, r[4], rec)))
         else:
             append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[2])))
     return out
@@ -373,8 +338,6 @@ def _entry(r: Any, rec_row: Any) -> Entry:
     rec: Record | None = None
     if rec_row is None:
         pass
-    elif kind == "transition":
-        rec = Transition(*rec_row)
     elif kind == "boot_observed":
         x = rec_row
         rec = BootObserved(x[0], x[1], x[2], x[3], x[4], x[5], bool(x[6]), x[7])

@@ -13,7 +13,7 @@ from agent.core.contract import Anomaly, Delivery
 from agent.core.decide import BootSighting
 from agent.core.errors import StoreError, StoreFull
 from agent.core.intake import parse_delivery
-from agent.core.records import BootObserved, ChannelAnomaly, IdentityIncomplete, Transition, TransitionText
+from agent.core.records import BootObserved, ChannelAnomaly, IdentityIncomplete, Transition
 from agent.core.send_outcome import DELIVERED, rejected, retry
 from agent.store import report
 from agent.store.schema import MIGRATIONS
@@ -304,14 +304,6 @@ async def test_settle_and_claim_prepared_that_fails_commits_neither_and_raises(t
     assert rows == [("pending", 1)] * 2 + [("pending", 0)] * 3  # the acknowledged rows go out again
 
 
-def _transition_id(rec: object) -> object:
-    if isinstance(rec, Transition):
-        return rec.transition_id
-    if isinstance(rec, TransitionText):
-        return rec.ce_id.partition(":")[2]
-    return rec
-
-
 async def test_a_claimed_transition_whose_record_is_gone_has_none(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "s.db")
     await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
@@ -323,7 +315,9 @@ async def test_a_claimed_transition_whose_record_is_gone_has_none(tmp_path: Path
     store = await Store.open(tmp_path / "s.db")
     entries = await store.outbox.claim("central", 10)
     await store.close()
-    got = [(e.kind, _transition_id(e.record)) for e in entries]
+    got = [
+        (e.kind, e.record.transition_id if isinstance(e.record, Transition) else e.record) for e in entries
+    ]
     assert [g for g in got if g[0] == "transition"] == [("transition", None), ("transition", "2")]
 
 
@@ -338,8 +332,7 @@ async def test_claim_returns_every_kind_with_its_record(tmp_path: Path) -> None:
     await store.close()
     got = {e.kind: e.record for e in entries}
     assert sorted(got) == ["boot_observed", "gap", "identity_incomplete", "transition"]
-    # a transition in the common form: its event's text as the store wrote it
-    assert isinstance(got["transition"], TransitionText) and got["transition"].ce_id == "B17:1"
+    assert isinstance(got["transition"], Transition) and got["transition"].transition_id == "1"
     assert isinstance(got["boot_observed"], BootObserved) and got["boot_observed"].boot_id == "B17"
     assert isinstance(got["gap"], ChannelAnomaly) and (got["gap"].from_value, got["gap"].to_value) == (
         "2",
