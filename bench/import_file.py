@@ -6,14 +6,59 @@ an earlier line's event. Each round runs, alternated (`--rounds`, default 3; med
 * agent: `python -m agent --db <new store> import <file> --json` (start-up, parse,
   normalise, hash, decide, commit with synchronous=FULL, one result line per input line
   printed after its commit);
-* baseline: a minimal correct importer, also its own process (`--minimal`): reads the file,
-  `json.loads` each line, checks the key fields, canonical JSON of the payload (`json.dumps`
-  with sorted keys: exactly RFC 8785 for these flat payloads) and its SHA-256, then per batch
-  of 1,000 lines in one transaction (WAL, synchronous=FULL): one look-up of the batch's keys,
-  the decision (inserted / duplicate / conflict), `executemany` of the new events and of
-  every arrival with its raw line, COMMIT, and one JSON result per line printed.
+* baseline: a minimal correct importer, also its own process (`--minimal`), plain stdlib: it
+  does per line what the contract (docs: the event identity contract) asks of any importer,
+  and nothing of the agent's own (no config, no pipeline, no review tables). Per batch of
+  1,000 lines, one transaction (WAL, synchronous=FULL): one look-up of the batch's keys
+  through the unique index, the decisions, `executemany` of the new events, of every arrival
+  and of the new boots, COMMIT, then one result per line printed. Per line it
+  - reads bytes and decodes UTF-8 (a line that is not is `rejected`, its raw bytes kept), skips
+    blank lines (contract 5);
+  - `json.loads`, refusing NaN/Infinity; not JSON, not an object, or `payload` not an object is
+    `rejected` with its reason (2); a missing payload is `{}` (1);
+  - takes each id as text, an integer as its decimal text, anything else `rejected`;
+    missing/null/empty is `identity_incomplete` with its reason, no boot made for it (1, 2);
+  - checks and normalises `sourceTimestamp` and `arrivalAt` (RFC 3339 with offset -> UTC,
+    milliseconds; a malformed one is `rejected` with its reason; an absent `arrivalAt` is now)
+    (1, 2, 5); a text already in normal form is checked by one regular expression and a cached
+    look-up of its day;
+  - canonical JSON of the payload: `json.dumps` with sorted keys, which is RFC 8785 for text,
+    integers, true/false/null and ASCII keys; a payload with a float or non-ASCII text takes a
+    small full RFC 8785 encoder (ECMAScript numbers, UTF-16 key order) (2); SHA-256 of
+    `{"payload": ..., "sourceTimestamp": ...}` (2);
+  - a lone UTF-16 surrogate in the ids or payload is `rejected` (it is not Unicode text);
+  - writes the arrival with the evidence the contract lists for every arrival: its own id,
+    line, key, normalised `sourceTimestamp`, `arrivalAt`, the receiver, `payload_hash`,
+    decision, canonical id, reason, raw line (2, 6); the raw line keeps unknown fields (5);
+  - decides under the write lock (BEGIN IMMEDIATE) with the events' composite UNIQUE index
+    behind it: a key that slipped past the look-up fails the insert, it never merges (1, 2);
+  - a bootId the store has not seen for the device is a BootObserved row: device, bootId,
+    `previous_bootId` (the device's last boot recorded; every import line is live), first
+    arrival and source time, the arrival id, evidence (3); the boots already stored are read at
+    start (3, "After the agent itself restarts"); a store id (random UUID) is made with a new
+    store (4);
+  - prints the contract's whole result line: `line`, `decision`, `canonical_id`,
+    `duplicate_of`, `reason`, `flags` (6).
+  What it does not store: `duplicate_count`, `conflict_count`, `first_arrival`,
+  `last_arrival` and the `DuplicateConflict` status (2) are all derived from the arrivals
+  (count, min, max of `arrivalAt`, any `conflict` per canonical id), so the least work is not
+  to keep them; no outbox rows (an import with no config has no upstream, 4); no
+  `key_horizon_passed` flag (no retention without a config, 8).
+  Before the timed rounds (untimed), the agent and this baseline import the bench file and a
+  set of edge lines (`EDGE_LINES`): every result line (`line`, `decision`, `canonical_id`,
+  `duplicate_of`, `flags`) must be equal, and on the edge lines every arrival's
+  `payload_hash` and `sourceTimestamp` too (from the agent's `report --json`); the bench
+  exits non-zero naming the first difference otherwise. The decision counts are printed.
+* the old, lean baseline (`--minimal-lean`, printed as `baseline_lean_lines_per_s` and
+  `ratio_vs_lean_baseline`, run next to the new one in alternating order): `json.loads`,
+  key fields must be non-empty text (else it stops), `json.dumps` of the payload and its
+  SHA-256 with the timestamp as given, the same batch look-up, `executemany` of events and
+  arrivals (line, key, hash, decision, canonical id, raw line), one transaction per 1,000 lines,
+  `line`/`decision`/`canonical_id` printed. It checks no timestamp, stores no `arrivalAt`,
+  receiver, reason or boot, and refuses no malformed line: not a correct importer, kept so the
+  change of baseline hides nothing.
 
-Figures: lines/s of both (process wall time), the ratio, and peak RSS (ru_maxrss of the
+Figures: lines/s of all three (process wall time), the ratios, and peak RSS (ru_maxrss of the
 process) of the agent for N and for 3N lines (flat memory means the file is streamed).
 
     python bench/import_file.py [--lines 100000] [--rounds 3]

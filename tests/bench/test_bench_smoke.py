@@ -71,6 +71,12 @@ def test_import_file_of_a_few_lines_compares_with_a_minimal_importer() -> None:
         got["import_lines_per_s"], got["baseline_minimal_importer_lines_per_s"], got["ratio_vs_baseline"]
     )
     assert got["peak_rss_kib_lines"] > 0 and got["peak_rss_kib_3x_lines"] > 0
+    # The old, lean baseline is printed beside the new one, and the decisions were checked.
+    assert len(got["baseline_lean_rounds"]) == 2
+    assert_compared(
+        got["import_lines_per_s"], got["baseline_lean_lines_per_s"], got["ratio_vs_lean_baseline"]
+    )
+    assert got["decisions_checked"] == {"inserted": 100, "duplicate": 100}
 
 
 def test_minimal_importer_of_the_import_bench_decides_like_the_agent(tmp_path: Path) -> None:
@@ -94,9 +100,21 @@ def test_minimal_importer_of_the_import_bench_decides_like_the_agent(tmp_path: P
         out = subprocess.run(
             cmd, cwd=ROOT, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=True
         )
-        decisions.append([(r["line"], r["decision"]) for r in map(json.loads, out.stdout.splitlines())])
+        decisions.append([tuple(r.values()) for r in map(json.loads, out.stdout.splitlines())])
     assert decisions[0] == decisions[1]
-    assert {d for _, d in decisions[0]} == {"inserted", "duplicate"}
+    assert {r[1] for r in decisions[0]} == {"inserted", "duplicate"}
+
+
+def test_minimal_importer_of_the_import_bench_decides_every_edge_line_like_the_agent(tmp_path: Path) -> None:
+    # Malformed timestamps and ids, missing keys, floats, non-ASCII keys: the baseline's whole
+    # result line (reasons aside: their words are the agent's own) and its payload_hash match.
+    sys.path.insert(0, str(ROOT))
+    from bench.import_file import EDGE_LINES, check_same_decisions
+
+    file = tmp_path / "edge.jsonl"
+    file.write_text("\n".join(EDGE_LINES) + "\n")
+    counts = check_same_decisions(tmp_path, file, "edge", hashes=True)
+    assert counts == {"inserted": 6, "duplicate": 2, "conflict": 1, "rejected": 11, "identity_incomplete": 2}
 
 
 def test_poll_of_two_modbus_and_one_opcua_controller_compares_with_a_bare_read_loop() -> None:
