@@ -44,7 +44,7 @@ an earlier line's event. Each round runs, alternated (`--rounds`, default 3; med
   (count, min, max of `arrivalAt`, any `conflict` per canonical id), so the least work is not
   to keep them; no outbox rows (an import with no config has no upstream, 4); no
   `key_horizon_passed` flag (no retention without a config, 8).
-  Before the timed rounds (untimed), the agent and this baseline import the bench file and a
+  After the timed rounds (untimed), the agent and this baseline import the bench file and a
   set of edge lines (`EDGE_LINES`): every result line (`line`, `decision`, `canonical_id`,
   `duplicate_of`, `flags`) must be equal, and on the edge lines every arrival's
   `payload_hash` and `sourceTimestamp` too (from the agent's `report --json`); the bench
@@ -584,9 +584,6 @@ def main() -> None:
         write_file(small, n)
         write_file(large, 3 * n)
         edge.write_text("\n".join(EDGE_LINES) + "\n")
-        # Untimed: the baseline must decide every line as the agent does, or its rate means nothing.
-        checked = check_same_decisions(Path(tmp), small, "bench file")
-        check_same_decisions(Path(tmp), edge, "edge lines", hashes=True)
         runs = iter(range(10_000))
         rss: list[int] = []
         lean_rates: list[float] = []
@@ -609,6 +606,11 @@ def main() -> None:
 
         agent_rates, base_rates = alternate(args.rounds, agent, baseline)
         _, rss_large = timed_process(agent_cmd(Path(tmp) / "large.db", large))
+        # Untimed, and after every measured process: the baseline must decide every line as the
+        # agent does, or its rate means nothing. (After: a child's ru_maxrss counts the RSS of
+        # this process at the fork, and the check holds every result line.)
+        checked = check_same_decisions(Path(tmp), small, "bench file")
+        check_same_decisions(Path(tmp), edge, "edge lines", hashes=True)
     rss_small = max(rss)
     print(
         json.dumps(
