@@ -7,7 +7,7 @@ an earlier line's event. Each round runs, alternated (`--rounds`, default 3; med
   normalise, hash, decide, commit with synchronous=FULL, one result line per input line
   printed after its commit);
 * baseline: a minimal correct importer, also its own process (`--minimal`), plain stdlib: it
-  does per line what the contract (docs: the event identity contract) asks of any importer,
+  does per line what the contract (docs/contract.md) asks of any importer,
   and nothing of the agent's own (no config, no pipeline, no review tables). Per batch of
   1,000 lines, one transaction (WAL, synchronous=FULL): one look-up of the batch's keys
   through the unique index, the decisions, `executemany` of the new events, of every arrival
