@@ -156,6 +156,7 @@ EDGE_LINES = [
     '{"source": "P-07/Trip", "transitionId": "95", "bootId": "B18", "payload": {"a": NaN}}',
     '{"source": "P-07/Trip", "transitionId": "96", "bootId": "B17", "unknown": 1}',
     '{"source": "P-08", "transitionId": "1", "bootId": "B1", "sourceTimestamp": "2026-04-22T08:00:12+24:00"}',
+    '{"source": "P-08", "transitionId": "2", "bootId": "B1", "sourceTimestamp": "2026-04-22T08:00:1\\u0662.120Z"}',
 ]
 
 
@@ -206,7 +207,7 @@ def check_same_decisions(tmp: Path, file: Path, name: str, hashes: bool = False)
 _RFC3339 = re.compile(
     r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-])(\d\d):(\d\d))"
 )
-_NORMAL = re.compile(r"\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z")
+_NORMAL = re.compile(r"\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z", re.ASCII)
 
 
 class Refused(ValueError):

@@ -114,7 +114,7 @@ def test_minimal_importer_of_the_import_bench_decides_every_edge_line_like_the_a
     file = tmp_path / "edge.jsonl"
     file.write_text("\n".join(EDGE_LINES) + "\n")
     counts = check_same_decisions(tmp_path, file, "edge", hashes=True)
-    assert counts == {"inserted": 6, "duplicate": 2, "conflict": 1, "rejected": 11, "identity_incomplete": 2}
+    assert counts == {"inserted": 7, "duplicate": 2, "conflict": 1, "rejected": 11, "identity_incomplete": 2}
 
 
 def test_poll_of_two_modbus_and_one_opcua_controller_compares_with_a_bare_read_loop() -> None:
