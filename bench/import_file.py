@@ -23,7 +23,7 @@ an earlier line's event. Each round runs, alternated (`--rounds`, default 3; med
     (1, 2, 5); a text already in normal form is checked by one regular expression and a cached
     look-up of its day;
   - canonical JSON of the payload: `json.dumps` with sorted keys, which is RFC 8785 for text,
-    integers, true/false/null and ASCII keys; a payload with a float or non-ASCII text takes a
+    integers, true/false/null and ASCII keys; a line with a float, non-ASCII text or a `\\u` escape takes a
     small full RFC 8785 encoder (ECMAScript numbers, UTF-16 key order) (2); SHA-256 of
     `{"payload": ..., "sourceTimestamp": ...}` (2);
   - a lone UTF-16 surrogate in the ids or payload is `rejected` (it is not Unicode text);
