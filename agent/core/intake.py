@@ -24,6 +24,7 @@ from agent.core.contract import (
     ContractError,
     Delivery,
     Rejection,
+    imported_delivery,
     normalize_id,
     normalize_timestamp,
     payload_hash_of_text,
@@ -131,9 +132,16 @@ def delivery_from_object(
     obj: dict[str, Any], *, raw: bytes | str, arrival_at: str, receiver: str, line: int | None = None
 ) -> Delivery:
     """Validate and normalise a parsed object; raise ContractError when it must be rejected."""
-    source = normalize_id(obj.get("source"), "source")
-    transition_id = normalize_id(obj.get("transitionId"), "transitionId")
-    boot_id = normalize_id(obj.get("bootId"), "bootId")
+    # Non-empty ASCII text (the common id) is its own normal form: it holds no surrogate.
+    source = obj.get("source")
+    if not (type(source) is str and source and source.isascii()):
+        source = normalize_id(source, "source")
+    transition_id = obj.get("transitionId")
+    if not (type(transition_id) is str and transition_id and transition_id.isascii()):
+        transition_id = normalize_id(transition_id, "transitionId")
+    boot_id = obj.get("bootId")
+    if not (type(boot_id) is str and boot_id and boot_id.isascii()):
+        boot_id = normalize_id(boot_id, "bootId")
     source_ts = normalize_timestamp(obj.get("sourceTimestamp"), "sourceTimestamp")
     arrived = normalize_timestamp(obj["arrivalAt"], "arrivalAt") if "arrivalAt" in obj else arrival_at
     if arrived is None:  # "arrivalAt": null means "not given"
@@ -151,21 +159,20 @@ def delivery_from_object(
         found = {"source": source, "transitionId": transition_id, "bootId": boot_id}
         missing = tuple(name for name in IDENTITY_FIELDS if not found[name])
     extras = {} if KNOWN_FIELDS.issuperset(obj) else {k: v for k, v in obj.items() if k not in KNOWN_FIELDS}
-    return Delivery(
-        source=source,
-        transition_id=transition_id,
-        boot_id=boot_id,
-        source_timestamp=source_ts,
-        arrival_at=arrived,
-        payload=payload,
-        payload_hash=digest,
-        raw=raw,
-        receiver=receiver,
-        live=True,
-        line=line,
-        missing=missing,
-        evidence=extras,
-        payload_json=payload_json,
+    return imported_delivery(
+        source,
+        transition_id,
+        boot_id,
+        source_ts,
+        arrived,
+        payload,
+        digest,
+        raw,
+        receiver,
+        line,
+        missing,
+        extras,
+        payload_json,
     )
 
 

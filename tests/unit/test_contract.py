@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from agent.core.contract import (
     ContractError,
+    Delivery,
     Key,
+    imported_delivery,
     ce_anomaly_id,
     ce_device_source,
     ce_source,
@@ -193,3 +195,55 @@ def test_a_timestamp_in_normal_form_is_kept_exactly_when_it_exists(
         assert isinstance(got, ContractError)
     else:
         assert got == long_way
+
+
+_ID = st.one_of(st.none(), st.just(""), st.text(max_size=5))
+
+
+@given(
+    source=_ID,
+    transition_id=_ID,
+    boot_id=_ID,
+    source_timestamp=st.one_of(st.none(), st.just("2026-04-22T08:00:12.120Z")),
+    raw=st.one_of(st.text(max_size=5), st.binary(max_size=5)),
+    line=st.one_of(st.none(), st.integers(1, 10**6)),
+    missing=st.sampled_from([(), ("source",), ("transitionId", "bootId")]),
+    evidence=st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    payload_json=st.sampled_from(["", '{"a":1}']),
+)
+def test_imported_delivery_is_the_dataclass_built_by_its_init(
+    source: str | None,
+    transition_id: str | None,
+    boot_id: str | None,
+    source_timestamp: str | None,
+    raw: str | bytes,
+    line: int | None,
+    missing: tuple[str, ...],
+    evidence: dict[str, Any],
+    payload_json: str,
+) -> None:
+    payload = {"a": 1}
+    args = (source, transition_id, boot_id, source_timestamp, "2026-04-22T09:00:00.000Z", payload, "h")
+    fast = imported_delivery(*args, raw, "import:f", line, missing, evidence, payload_json)
+    slow = Delivery(
+        *args,
+        raw=raw,
+        receiver="import:f",
+        live=True,
+        line=line,
+        missing=missing,
+        evidence=evidence,
+        payload_json=payload_json,
+    )
+    assert type(fast) is Delivery
+    for name in Delivery.__slots__:  # `key` is left out of ==, so every slot is compared
+        assert getattr(fast, name) == getattr(slow, name), name
+        assert type(getattr(fast, name)) is type(getattr(slow, name)), name
+    assert fast == slow
+
+
+@given(st.text(min_size=1))
+def test_non_empty_ascii_text_is_its_own_id(value: str) -> None:
+    # The importer takes such an id as it is, without normalize_id (agent/core/intake.py).
+    if value.isascii():
+        assert normalize_id(value, "source") == value
