@@ -59,16 +59,13 @@ def _json_results(lines: list[int], outcomes: list[Outcome]) -> str:
     plain numbers and fixed words, so they are formatted directly)."""
     dumps = json.dumps
     return "".join(
-        f'{{"line": {line}, "decision": "{oc.decision._value_}", "canonical_id": {_num(oc.canonical_id)},'
-        f' "duplicate_of": {_num(oc.duplicate_of)},'
+        f'{{"line": {line}, "decision": "{oc.decision._value_}",'
+        f' "canonical_id": {"null" if (c := oc.canonical_id) is None else int(c)},'
+        f' "duplicate_of": {"null" if (d := oc.duplicate_of) is None else int(d)},'
         f' "reason": {"null" if oc.reason is None else dumps(oc.reason)},'
         f' "flags": {dumps(list(oc.flags)) if oc.flags else "[]"}}}\n'
         for line, oc in zip(lines, outcomes, strict=True)
     )
-
-
-def _num(n: int | None) -> str:
-    return "null" if n is None else str(int(n))
 
 
 async def import_into(

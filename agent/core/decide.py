@@ -47,6 +47,27 @@ class Outcome:
     flags: tuple[str, ...] = ()
 
 
+_set_decision, _set_canonical_id, _set_duplicate_of, _set_reason, _set_flags = (
+    Outcome.__dict__[name].__set__ for name in ("decision", "canonical_id", "duplicate_of", "reason", "flags")
+)
+assert Outcome.__slots__ == ("decision", "canonical_id", "duplicate_of", "reason", "flags")
+_new = object.__new__
+
+
+def _outcome(
+    decision: Decision, canonical_id: int, duplicate_of: int | None, flags: tuple[str, ...]
+) -> Outcome:
+    """`Outcome(decision, canonical_id, duplicate_of, flags=flags)` built by setting its slots:
+    0.4 us instead of the dataclass's 0.7 us, for the two outcomes of nearly every delivery."""
+    oc = _new(Outcome)
+    _set_decision(oc, decision)
+    _set_canonical_id(oc, canonical_id)
+    _set_duplicate_of(oc, duplicate_of)
+    _set_reason(oc, None)
+    _set_flags(oc, flags)
+    return oc
+
+
 @dataclass(slots=True)
 class EventUpdate:
     """What a batch adds to an existing (or just inserted) canonical event."""
@@ -62,6 +83,8 @@ class EventUpdate:
         self.last_arrival = max(self.last_arrival, arrival_at)
 
 
+INSERTED, DUPLICATE, CONFLICT = Decision.INSERTED, Decision.DUPLICATE, Decision.CONFLICT
+WINDOW = IdentityBasis.WINDOW
 KEY_HORIZON_PASSED = "key_horizon_passed"
 REFRESH = "refresh"  # a new canonical that an OPC UA ConditionRefresh brought (contract 7)
 PAYLOAD_PRUNED = "payload_pruned"
@@ -108,13 +131,13 @@ def classify(
                 if forgotten or item.via is not None:
                     oc = _inserted(item, key, cid, forgotten)
                 else:  # the common case of _inserted: nothing forgotten, not from a refresh
-                    oc = Outcome(Decision.INSERTED, cid, None)
+                    oc = _outcome(INSERTED, cid, None, ())
             else:
                 upd = updates.get(cid)
                 if upd is None:
                     upd = updates[cid] = EventUpdate(cid)
                 oc = _repeated(item, cid, canonical_hash, upd, cid in pruned)
-        if item.basis == IdentityBasis.WINDOW:
+        if item.basis == WINDOW:
             oc = replace(oc, flags=oc.flags + basis_flags(item.basis))
         append(oc)
     return outcomes, list(updates.values())
@@ -142,9 +165,9 @@ def _repeated(item: Delivery, cid: int, canonical_hash: str, upd: EventUpdate, p
         upd.last_arrival = at
     flags = (PAYLOAD_PRUNED,) if pruned else ()
     if item.payload_hash == canonical_hash:
-        return Outcome(Decision.DUPLICATE, cid, cid, flags=flags)
+        return _outcome(DUPLICATE, cid, cid, flags)
     upd.conflicts += 1
-    return Outcome(Decision.CONFLICT, cid, cid, flags=flags)
+    return _outcome(CONFLICT, cid, cid, flags)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,16 +9,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.core import decide
 from agent.core.contract import (
     ContractError,
+    Decision,
     Delivery,
     Key,
-    imported_delivery,
     ce_anomaly_id,
     ce_device_source,
     ce_source,
     ce_transition_id,
     idempotency_key,
+    imported_delivery,
     normalize_id,
     normalize_timestamp,
     payload_hash,
@@ -247,3 +249,18 @@ def test_non_empty_ascii_text_is_its_own_id(value: str) -> None:
     # The importer takes such an id as it is, without normalize_id (agent/core/intake.py).
     if value.isascii():
         assert normalize_id(value, "source") == value
+
+
+@pytest.mark.parametrize("decision", [Decision.INSERTED, Decision.DUPLICATE, Decision.CONFLICT])
+@pytest.mark.parametrize("flags", [(), ("payload_pruned",)])
+def test_the_decisions_fast_outcome_is_the_dataclass_built_by_its_init(
+    decision: Decision, flags: tuple[str, ...]
+) -> None:
+    dup = None if decision is Decision.INSERTED else 7
+    fast = decide._outcome(decision, 7, dup, flags)
+    slow = decide.Outcome(decision, 7, dup, flags=flags)
+    assert type(fast) is decide.Outcome
+    assert [getattr(fast, n) for n in decide.Outcome.__slots__] == [
+        getattr(slow, n) for n in decide.Outcome.__slots__
+    ]
+    assert fast == slow
