@@ -54,7 +54,7 @@ async def record_batch(
     outcomes, updates = decide.classify(
         items, canonical, marks.max_canonical, pruned=pruned, forgotten=forgotten
     )
-    await insert_arrivals(db, items, arrival_ids, outcomes)
+    await insert_arrivals(db, items, arrival_ids, outcomes, updates)
     if pruned or forgotten:
         await record_retention_side(db, outcomes, updates, pruned)
     # Sightings read straight from a controller come first: they carry the real evidence
@@ -224,8 +224,9 @@ async def insert_arrivals(
     items: Sequence[Delivery | Rejection],
     arrival_ids: list[int],
     outcomes: list[decide.Outcome],
+    updates: Sequence[decide.EventUpdate],
 ) -> None:
-    """Every arrival, and the counts of the canonical events they touched."""
+    """Every arrival, and the counts of the canonical events they touched (`updates`)."""
     await insert_many(
         db,
         rows.ARRIVAL_COLUMNS,
@@ -236,8 +237,20 @@ async def insert_arrivals(
     via = [(it.via, a) for a, it in pairs if isinstance(it, Delivery) and it.via]
     if via:  # OPC UA alarm arrivals say how they came (live or refresh); others leave it out
         await db.executemany("UPDATE arrivals SET via = ? WHERE arrival_id = ?", via)
-    if arrival_ids and any(oc.duplicate_of is not None for oc in outcomes):
-        await db.execute(rows.UPDATE_EVENT_COUNTS_OF_BATCH, (arrival_ids[0], arrival_ids[-1]))
+    if updates:
+        width = rows.UPDATE_EVENT_COUNTS_WIDTH
+        one = "(" + ",".join("?" * width) + ")"
+        per = PARAMS_PER_INSERT // width
+        for start in range(0, len(updates), per):
+            chunk = updates[start : start + per]
+            await db.execute(
+                rows.UPDATE_EVENT_COUNTS_HEAD + ",".join([one] * len(chunk)) + rows.UPDATE_EVENT_COUNTS_TAIL,
+                [
+                    x
+                    for u in chunk
+                    for x in (u.canonical_id, u.later_arrivals, u.conflicts, u.first_arrival, u.last_arrival)
+                ],
+            )
 
 
 async def record_retention_side(

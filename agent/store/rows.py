@@ -20,20 +20,19 @@ ARRIVAL_COLUMNS = (
     " receiver, payload_hash, decision, canonical_id, reason, flags, line, live, raw, identity_basis)"
 )
 ARRIVAL_WIDTH = 16
-# The same counts for every canonical event that the arrivals ?1..?2 (one batch) repeated, in
-# one statement: each duplicate or conflict arrival is one later arrival of its canonical event
-# (what `decide.EventUpdate` counts). A pruned event is not in `events` any more: untouched.
-UPDATE_EVENT_COUNTS_OF_BATCH = (
-    "UPDATE events SET duplicate_count = duplicate_count + a.later,"
+# The counts of every canonical event a batch repeated (each duplicate or conflict arrival is one
+# later arrival of its canonical event), from the batch's own tally (`decide.EventUpdate`) as rows
+# (canonical_id, later, conflicts, first, last) in a VALUES list: no read of the batch's arrivals
+# back and no grouping of them in SQLite. A pruned event is not in `events` any more: untouched.
+UPDATE_EVENT_COUNTS_HEAD = "WITH a(id, later, conflicts, first, last) AS (VALUES "
+UPDATE_EVENT_COUNTS_TAIL = (
+    ") UPDATE events SET duplicate_count = duplicate_count + a.later,"
     " conflict_count = conflict_count + a.conflicts,"
     " status = CASE WHEN conflict_count + a.conflicts > 0 THEN 'DuplicateConflict' ELSE status END,"
     " first_arrival = min(first_arrival, a.first), last_arrival = max(last_arrival, a.last)"
-    " FROM (SELECT canonical_id AS id, count(*) AS later, sum(decision = 'conflict') AS conflicts,"
-    " min(arrival_at) AS first, max(arrival_at) AS last FROM arrivals"
-    " WHERE arrival_id BETWEEN ?1 AND ?2 AND decision IN ('duplicate', 'conflict')"
-    " GROUP BY canonical_id) AS a"
-    " WHERE events.canonical_id = a.id"
+    " FROM a WHERE events.canonical_id = a.id"
 )
+UPDATE_EVENT_COUNTS_WIDTH = 5
 INSERT_OUTBOX = "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, created_at) VALUES (?,?,?,?)"
 
 
