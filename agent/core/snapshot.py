@@ -177,7 +177,7 @@ def make_delivery(
         arrival_at=arrival_at,
         payload=payload,
         payload_hash=payload_hash_of_text(payload_json, source_timestamp),
-        raw=_EVIDENCE_JSON.encode(evidence),
+        raw=json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
         receiver=receiver,
         live=live,
         missing=() if boot_id else ("bootId",),
@@ -187,29 +187,18 @@ def make_delivery(
     )
 
 
-# What `json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False)`
-# makes, with the encoder made once instead of per delivery.
-_EVIDENCE_JSON = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"), allow_nan=False)
-
-# Values that are already plain, told by exact type: kept as they are without a call per value.
-_LEAVES = frozenset((str, int, bool, type(None)))
-
-
 def _plain(value: Any) -> Any:
     """Evidence as strict JSON: NaN and Inf (e.g. a float register of all ones) as text.
 
     The plain types a read is made of are told by their exact type (an ABC check per value
-    was most of the cost of a delivery); anything else takes :func:`_plain_general`. The
-    leaves of a dict or list (a read's register numbers) are kept without a call each."""
+    was most of the cost of a delivery); anything else takes :func:`_plain_general`."""
     kind = type(value)
-    if kind in _LEAVES:
+    if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is dict:
-        return {
-            k if type(k) is str else str(k): v if type(v) in _LEAVES else _plain(v) for k, v in value.items()
-        }
+        return {str(k): _plain(v) for k, v in value.items()}
     if kind is list or kind is tuple:
-        return [v if type(v) in _LEAVES else _plain(v) for v in value]
+        return [_plain(v) for v in value]
     if kind is float:
         return value if math.isfinite(value) else str(value)
     return _plain_general(value)
