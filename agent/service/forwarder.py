@@ -36,6 +36,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import operator
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,12 +46,12 @@ from typing import assert_never
 from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
 from agent.core.contract import format_timestamp
 from agent.core.errors import StoreError
-from agent.core.records import Entry
+from agent.core.records import Entry, Transition
 from agent.core.retry import retry_delay_s
-from agent.core.send_outcome import SendOutcome, Verdict, rejected, retry
+from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, rejected, retry
 from agent.core.wording import counted
 from agent.sinks.base import Sink
-from agent.sinks.encode import EncodeError, Event, encode
+from agent.sinks.encode import EncodeError, Event, encode, encode_transition_fast
 from agent.sinks.http import HttpSink
 from agent.sinks.mqtt import MqttSink
 from agent.store.store import Store
@@ -196,19 +197,31 @@ class Forwarder:
         """Encode claimed rows into a batch (nothing sent yet). Yields to the loop every
         `ENCODE_SLICE` rows, so the store's statements of a settle running meanwhile (on its own
         thread) go on while this runs."""
-        flight = _Flight(entries, [None] * len(entries), [], [], None)
-        events, slots, outcomes = flight.events, flight.slots, flight.outcomes
+        n = len(entries)
+        flight = _Flight(entries, [None] * n, [], [], None)
+        events, outcomes = flight.events, flight.outcomes
+        append = events.append
         outage, until = self._outage, self._replay_until
         site, gateway, store_id = self.site, self.gateway, self.store_id
+        fast = encode_transition_fast
+        refused = False
+        # Every row of the batch waited in the backlog (or the upstream was out): all replayed.
+        all_replayed = outage or (n > 0 and entries[-1].outbox_id <= until)
         for i, entry in enumerate(entries):
             if i and not i % ENCODE_SLICE:
                 await asyncio.sleep(0)
-            replayed = outage or entry.attempt > 1 or entry.outbox_id <= until
-            try:
-                events.append(encode(entry, site=site, gateway=gateway, replayed=replayed, store_id=store_id))
-                slots.append(i)
-            except EncodeError as exc:
-                outcomes[i] = rejected(str(exc))
+            replayed = all_replayed or entry.attempt > 1 or entry.outbox_id <= until
+            rec = entry.record
+            event = fast(entry, rec, site, gateway, replayed) if type(rec) is Transition else None
+            if event is None:
+                try:
+                    event = encode(entry, site=site, gateway=gateway, replayed=replayed, store_id=store_id)
+                except EncodeError as exc:
+                    outcomes[i] = rejected(str(exc))
+                    refused = True
+                    continue
+            append(event)
+        flight.slots = [i for i, oc in enumerate(outcomes) if oc is None] if refused else list(range(n))
         return flight
 
     def _launch(self, flight: _Flight, before: _Flight | None) -> _Flight:
@@ -250,12 +263,17 @@ class Forwarder:
         rows after that id are claimed in the same transaction and encoded while it is written
         and committed; they come back as a batch not yet published (no rows: an empty one; no
         claim made: None)."""
+        outcomes: list[SendOutcome]
+        published = None
         if flight.task is not None:
             published = await self._bounded(flight.task, len(flight.events), drain)
-            for i, oc in zip(flight.slots, published, strict=True):
+        if published is not None and len(published) == len(flight.entries):
+            outcomes = published  # every row was encoded and published: outcomes in row order
+        else:
+            for i, oc in zip(flight.slots, published or (), strict=True):
                 flight.outcomes[i] = oc
-        outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
-        results = [(e.outbox_id, o) for e, o in zip(flight.entries, outcomes, strict=True)]
+            outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
+        results = list(zip(map(_outbox_id, flight.entries), outcomes, strict=True))
         del flight  # its rows and events can go before the next rows are encoded: two batches in memory
         now = format_timestamp(self.clock())
         claimed: _Flight | None = None
@@ -311,10 +329,14 @@ class Forwarder:
             return [retry("stopped before the upstream acknowledged")] * count
         return task.result()
 
-    async def _account(self, outcomes: Sequence[SendOutcome]) -> float | None:
+    async def _account(self, outcomes: list[SendOutcome]) -> float | None:
         """Update state and logs; the delay before the next attempt, or None to go on at once."""
         st = self.state
         st.attempts += len(outcomes)
+        if all_delivered(outcomes):
+            st.delivered += len(outcomes)
+            await self._upstream_up()
+            return None
         st.delivered += sum(1 for o in outcomes if o.verdict is Verdict.DELIVERED)
         for o in outcomes:
             if o.verdict is Verdict.REJECTED:
@@ -368,8 +390,11 @@ class Forwarder:
             await asyncio.gather(*waits, return_exceptions=True)
 
 
-def _failed(outcomes: Sequence[SendOutcome]) -> bool:
-    return any(o.verdict is Verdict.RETRY for o in outcomes)
+def _failed(outcomes: list[SendOutcome]) -> bool:
+    return not all_delivered(outcomes) and any(o.verdict is Verdict.RETRY for o in outcomes)
+
+
+_outbox_id = operator.itemgetter(0)  # Entry.outbox_id, for a whole batch in one pass
 
 
 async def _wait(stop: asyncio.Event, delay: float) -> None:

@@ -177,41 +177,47 @@ def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, repla
     """The common transition written from cached per-source parts, the same text as `_body` over
     `_transition`; None when a value needs JSON escaping (or the site is not the contract's),
     so the general path writes (or refuses) it."""
-    ts = r.source_ts
-    if not (type(r.boot_id) is type(r.transition_id) is type(r.first_arrival) is type(r.basis) is str):
+    _, source, tid, boot, ts, payload, arrival, basis = r
+    if not (type(boot) is type(tid) is type(arrival) is type(basis) is str):
         return None
-    if ts is not None and type(ts) is not str:
+    if ts is None:
+        plain = f"{boot}{tid}{arrival}{basis}"
+        time = ""
+    elif type(ts) is str:
+        plain = f"{boot}{tid}{arrival}{basis}{ts}"
+        time = f',"time":"{ts}"'
+    else:
         return None
-    # Every string that goes between quotes unescaped; a concatenation is plain exactly when
-    # each part is (the check is per character).
-    if not _PLAIN.fullmatch(f"{r.boot_id}{r.transition_id}{r.first_arrival}{r.basis}{ts or ''}"):
+    # Every string that goes between quotes unescaped (JSON escapes only `"`, `\\` and U+0000 to
+    # U+001F, none of which is printable but the two tested); a concatenation is plain exactly when
+    # each part is (the checks are per character).
+    if not plain.isprintable() or '"' in plain or "\\" in plain:
         return None
     try:
-        ce_source, device, channel, after_id, after_basis = _transition_head(site, r.source, gateway)
+        ce_source, device, channel, after_id, after_basis = _transition_head(site, source, gateway)
     except contract.ContractError:
         return None
-    boot, tid = r.boot_id, r.transition_id
     # Both unreserved (the common case): percent-encoding leaves them as they are.
-    ce_id = f"{boot}:{tid}" if _UNRESERVED.fullmatch(f"{boot}{tid}") else f"{pct(boot)}:{pct(tid)}"
-    time = "" if ts is None else f',"time":"{ts}"'
+    both = f"{boot}{tid}"
+    if (both.isascii() and both.isalnum()) or _UNRESERVED.fullmatch(both):
+        ce_id = f"{boot}:{tid}"
+    else:
+        ce_id = f"{pct(boot)}:{pct(tid)}"
     body = (
         f'{{"specversion":"{SPECVERSION}","id":"{ce_id}"{after_id}{time},"datacontenttype":"application/json",'
-        f'"bootid":"{boot}","transitionid":"{tid}","arrivalat":"{r.first_arrival}",'
-        f'"identitybasis":"{r.basis}"{after_basis}{int(entry.attempt)},'
+        f'"bootid":"{boot}","transitionid":"{tid}","arrivalat":"{arrival}",'
+        f'"identitybasis":"{basis}"{after_basis}{int(entry.attempt)},'
         f'"replayed":{"true" if replayed else "false"},'
-        f'"data":{r.payload_json}}}'
+        f'"data":{payload}}}'
     )
-    fields = (
-        entry.outbox_id,
-        ce_source,
-        ce_id,
-        contract.TRANSITION_TYPE,
-        entry.kind,
-        device,
-        channel,
-        body.encode(),
+    kind = entry.kind
+    return _new(
+        Event,
+        (entry.outbox_id, ce_source, ce_id, contract.TRANSITION_TYPE, kind, device, channel, body.encode()),
     )
-    return _new(Event, fields)
+
+
+encode_transition_fast = _transition_fast  # for the forwarder's loop: no keyword handling per event
 
 
 _new = tuple.__new__  # a named tuple from its values, without the per-call keyword handling

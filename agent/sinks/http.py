@@ -29,7 +29,7 @@ import aiohttp
 
 from agent.config.upstreams import HttpUpstream
 from agent.core.redact import mask_url, mask_url_text
-from agent.core.send_outcome import SendOutcome, Verdict, classify_http, needs_split, retry
+from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, classify_http, needs_split, retry
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body
 from agent.sinks.tls import read_secret, tls_context
 
@@ -39,7 +39,10 @@ log = logging.getLogger(__name__)
 def batch_idempotency_key(events: Sequence[Event]) -> str:
     if len(events) == 1:
         return events[0].idempotency_key
-    return hashlib.sha256("\n".join(e.idempotency_key for e in events).encode()).hexdigest()
+    # Each event's key (`Event.idempotency_key`, written out here: one call per event less).
+    sha = hashlib.sha256
+    keys = [sha(f"{e.ce_source}\n{e.ce_id}".encode()).hexdigest() for e in events]
+    return sha("\n".join(keys).encode()).hexdigest()
 
 
 class HttpSink:
@@ -61,6 +64,8 @@ class HttpSink:
         for start in range(0, len(events), size):
             outcomes = await self._post_split(events[start : start + size])
             out.extend(outcomes)
+            if all_delivered(outcomes):
+                continue
             failed = next((o for o in outcomes if o.verdict is Verdict.RETRY), None)
             if failed is not None:
                 # Keep order: nothing after a batch that may not have arrived is sent now.
