@@ -30,6 +30,7 @@ the reader's own connection. Nothing here imports a sink.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,14 +38,14 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
-from agent.core.send_outcome import SendOutcome, Verdict
+from agent.core.send_outcome import SendOutcome, Verdict, all_delivered
 from agent.store.connection import WriterConnection
 
 # The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
 # transition's record (most rows) by primary key in the same statement; the other kinds'
 # records by primary key in one statement per kind (no join probing four tables per row).
 _HEAD = (
-    "SELECT o.outbox_id, o.kind, o.ref_id, o.attempts, o.created_at, e.canonical_id, e.source,"
+    "SELECT o.outbox_id, o.kind, o.attempts, o.created_at, o.ref_id, e.source,"
     " e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival, e.identity_basis"
     " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
     " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
@@ -60,6 +61,8 @@ _RECORDS = {
 _TABLE_OF = {"gap": "anomaly"}  # gaps and anomalies are both rows of `anomalies`
 
 MAX_ERROR_CHARS = 500
+
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)  # of (outbox_id, outcome) pairs
 
 T = TypeVar("T")
 
@@ -132,7 +135,10 @@ class Outbox:
                     read.set_result(entries)
                     await self._settle(results, now)
                     if rows:
-                        await self._count_attempts(rows)
+                        # The rows read are every pending row of `upstream` from the first to the
+                        # last of them: this transaction holds the write lock since before the read,
+                        # and the settle above changes only rows up to `after`.
+                        await self._count_attempts_range(upstream, rows[0][0], rows[-1][0])
 
             task = asyncio.create_task(write(), name=f"settle[{upstream}]")
             prepared: T | None = None
@@ -157,7 +163,7 @@ class Outbox:
         wanted: dict[str, list[int]] = {}
         for r in rows:
             if r[1] != "transition":
-                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[2])
+                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[4])
         records: dict[str, dict[int, Any]] = {}
         for table, refs in wanted.items():
             sql = _RECORDS.get(table)
@@ -173,12 +179,23 @@ class Outbox:
             (_ids([r[0] for r in rows]),),
         )
 
+    async def _count_attempts_range(self, upstream: str, first: int, last: int) -> None:
+        """Inside the lock and the transaction that read them: `attempts + 1` for the rows read,
+        which are exactly the pending rows of `upstream` with ids from `first` to `last`."""
+        await self.store.db.execute(
+            "UPDATE outbox SET attempts = attempts + 1"
+            " WHERE upstream = ? AND state = 'pending' AND outbox_id BETWEEN ? AND ?",
+            (upstream, first, last),
+        )
+
     async def _settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
         """Inside the lock and a transaction: write each row's outcome."""
-        delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
         refused: list[tuple[str, int]] = []
         retried: list[tuple[str, int]] = []
-        if len(delivered) < len(results):
+        if all_delivered(list(map(_second, results))):  # the common batch: one pass, no per-row test
+            delivered = list(map(_first, results))
+        else:
+            delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
             refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
             retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
         db = self.store.db
@@ -311,22 +328,23 @@ def _err(oc: SendOutcome) -> str:
 
 def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[Entry]:
     """The claimed outbox rows (the head query's) with their records: a transition's is in its
-    row (columns 5 on; NULL when it is gone), the other kinds' in `records` by table and id."""
+    row (its id `ref_id` in column 4, its values from column 5 on; NULL when it is gone), the
+    other kinds' in `records` by table and id."""
     out: list[Entry] = []
     append = out.append
     new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
     for r in rows:
         kind = r[1]
         if kind == "transition":
-            rec = None if r[5] is None else new(Transition, r[5:13])
-            append(new(Entry, (r[0], kind, r[2], r[3] + 1, r[4], rec)))
+            rec = None if r[5] is None else new(Transition, r[4:12])
+            append(new(Entry, (r[0], kind, r[4], r[2] + 1, r[3], rec)))
         else:
-            append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[2])))
+            append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[4])))
     return out
 
 
 def _entry(r: Any, rec_row: Any) -> Entry:
-    """An outbox row (id, kind, ref_id, attempts, created_at) with its record's row (None: gone)."""
+    """An outbox row (id, kind, attempts, created_at, ref_id) with its record's row (None: gone)."""
     kind = r[1]
     rec: Record | None = None
     if rec_row is None:
@@ -341,4 +359,4 @@ def _entry(r: Any, rec_row: Any) -> Entry:
         raw = x[7]
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
         rec = IdentityIncomplete(x[0], x[1], x[2], x[3], x[4], x[5], x[6], text, x[8] or "counter")
-    return Entry(outbox_id=r[0], kind=kind, ref_id=r[2], attempt=int(r[3]) + 1, created_at=r[4], record=rec)
+    return Entry(outbox_id=r[0], kind=kind, ref_id=r[4], attempt=int(r[2]) + 1, created_at=r[3], record=rec)
