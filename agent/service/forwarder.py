@@ -54,6 +54,7 @@ from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode, encode_transition_fast
 from agent.sinks.http import HttpSink
 from agent.sinks.mqtt import MqttSink
+from agent.store.outbox import BatchOutcomes
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ class Forwarder:
             for i, oc in zip(flight.slots, published or (), strict=True):
                 flight.outcomes[i] = oc
             outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
-        results = list(zip(map(_outbox_id, flight.entries), outcomes, strict=True))
+        results = BatchOutcomes(list(map(_outbox_id, flight.entries)), outcomes)
         del flight  # its rows and events can go before the next rows are encoded: two batches in memory
         now = format_timestamp(self.clock())
         claimed: _Flight | None = None

@@ -33,7 +33,7 @@ import asyncio
 import operator
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import aiosqlite
 
@@ -67,6 +67,17 @@ _first, _second = operator.itemgetter(0), operator.itemgetter(1)  # of (outbox_i
 T = TypeVar("T")
 
 
+class BatchOutcomes(NamedTuple):
+    """One batch's outcomes as two lists in the same order, the outbox ids and what each came to
+    (the forwarder's form of a settle: no pair built per row)."""
+
+    ids: list[int]
+    outcomes: list[SendOutcome]
+
+
+Results = Sequence[tuple[int, SendOutcome]] | BatchOutcomes  # what a settle takes
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamCounts:
     """Delivery state of one upstream. `attempts` counts delivery attempts, not events."""
@@ -93,13 +104,13 @@ class Outbox:
         it claimed before are still in flight (and so still pending)."""
         store = self.store
         async with store.lock:
-            rows, entries = await self._read(upstream, limit, after)
-            if rows:
+            entries = await self._read(upstream, limit, after)
+            if entries:
                 async with store.transaction():
-                    await self._count_attempts(rows)
+                    await self._count_attempts(entries)
         return entries
 
-    async def settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
+    async def settle(self, results: Results, now: str) -> None:
         """Record the outcome of every (outbox_id, outcome) of one batch in one transaction.
         The delivered rows (most of a batch) are one statement over the list of their ids."""
         store = self.store
@@ -108,7 +119,7 @@ class Outbox:
 
     async def settle_and_claim_prepared(
         self,
-        results: Sequence[tuple[int, SendOutcome]],
+        results: Results,
         now: str,
         upstream: str,
         limit: int,
@@ -131,14 +142,15 @@ class Outbox:
 
             async def write() -> None:
                 async with store.transaction():
-                    rows, entries = await self._read(upstream, limit, after)
+                    entries = await self._read(upstream, limit, after)
                     read.set_result(entries)
                     await self._settle(results, now)
-                    if rows:
+                    if entries:
                         # The rows read are every pending row of `upstream` from the first to the
                         # last of them: this transaction holds the write lock since before the read,
                         # and the settle above changes only rows up to `after`.
-                        await self._count_attempts_range(upstream, rows[0][0], rows[-1][0])
+                        first, last = entries[0].outbox_id, entries[-1].outbox_id
+                        await self._count_attempts_range(upstream, first, last)
 
             task = asyncio.create_task(write(), name=f"settle[{upstream}]")
             prepared: T | None = None
@@ -153,13 +165,13 @@ class Outbox:
             task.result()  # the store's error, if any: then nothing of this is committed
             return read.result(), prepared
 
-    async def _read(self, upstream: str, limit: int, after: int) -> tuple[list[Any], list[Entry]]:
-        """Inside the lock: the queue head's rows and their entries (attempt numbers as they
-        will be once `_count_attempts(rows)` is committed)."""
+    async def _read(self, upstream: str, limit: int, after: int) -> list[Entry]:
+        """Inside the lock: the queue head's entries (attempt numbers as they will be once their
+        attempts are counted and committed). The rows themselves are let go here."""
         db = self.store.db
-        rows = list(await db.execute_fetchall(_HEAD, (upstream, after, limit)))
+        rows = await db.execute_fetchall(_HEAD, (upstream, after, limit))
         if not rows:
-            return [], []
+            return []
         wanted: dict[str, list[int]] = {}
         for r in rows:
             if r[1] != "transition":
@@ -169,14 +181,14 @@ class Outbox:
             sql = _RECORDS.get(table)
             found = await db.execute_fetchall(sql, (_ids(refs),)) if sql is not None else []
             records[table] = {rec[0]: rec for rec in found}
-        return rows, _entries(rows, records)
+        return _entries(rows, records)
 
-    async def _count_attempts(self, rows: Sequence[Any]) -> None:
+    async def _count_attempts(self, entries: Sequence[Entry]) -> None:
         """Inside the lock and a transaction: `attempts + 1` for the rows read."""
         await self.store.db.execute(
             "UPDATE outbox SET attempts = attempts + 1"
             " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-            (_ids([r[0] for r in rows]),),
+            (_ids(list(map(_first, entries))),),
         )
 
     async def _count_attempts_range(self, upstream: str, first: int, last: int) -> None:
@@ -188,16 +200,21 @@ class Outbox:
             (upstream, first, last),
         )
 
-    async def _settle(self, results: Sequence[tuple[int, SendOutcome]], now: str) -> None:
+    async def _settle(self, results: Results, now: str) -> None:
         """Inside the lock and a transaction: write each row's outcome."""
+        if isinstance(results, BatchOutcomes):
+            ids, outcomes = results
+        else:
+            ids, outcomes = list(map(_first, results)), list(map(_second, results))
         refused: list[tuple[str, int]] = []
         retried: list[tuple[str, int]] = []
-        if all_delivered(list(map(_second, results))):  # the common batch: one pass, no per-row test
-            delivered = list(map(_first, results))
+        if all_delivered(outcomes):  # the common batch: no per-row test
+            delivered = ids
         else:
-            delivered = [oid for oid, oc in results if oc.verdict is Verdict.DELIVERED]
-            refused = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.REJECTED]
-            retried = [(_err(oc), oid) for oid, oc in results if oc.verdict is Verdict.RETRY]
+            pairs = list(zip(ids, outcomes, strict=True))
+            delivered = [oid for oid, oc in pairs if oc.verdict is Verdict.DELIVERED]
+            refused = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.REJECTED]
+            retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
         db = self.store.db
         if delivered:
             await db.execute(
