@@ -65,7 +65,7 @@ def bodies(n: int, tag: str) -> list[bytes]:
         rec = Transition(i, f"PUMP-{i % 200:03d}/Trip", f"{tag}{i}", "B17", T0, payload, T0)
         out.append(
             encode(
-                Entry(i, "transition", i, 1, T0, rec),
+                Entry(i, "transition", i, 1, rec),
                 site="plant",
                 gateway="gw-a",
                 replayed=False,

@@ -140,7 +140,7 @@ def same_events(total: int) -> list[Event]:
         )
         out.append(
             encode(
-                Entry(n + 1, "transition", n + 1, 1, ARRIVAL, rec),
+                Entry(n + 1, "transition", n + 1, 1, rec),
                 site=SITE,
                 gateway=GW,
                 replayed=True,

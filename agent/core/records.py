@@ -88,5 +88,4 @@ class Entry(NamedTuple):
     kind: str
     ref_id: int
     attempt: int
-    created_at: str
     record: Record | None

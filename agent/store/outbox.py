@@ -45,7 +45,7 @@ from agent.store.connection import WriterConnection
 # transition's record (most rows) by primary key in the same statement; the other kinds'
 # records by primary key in one statement per kind (no join probing four tables per row).
 _HEAD = (
-    "SELECT o.outbox_id, o.kind, o.attempts, o.created_at, o.ref_id, e.source,"
+    "SELECT o.outbox_id, o.kind, o.attempts, o.ref_id, e.source,"
     " e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival, e.identity_basis"
     " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
     " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
@@ -175,7 +175,7 @@ class Outbox:
         wanted: dict[str, list[int]] = {}
         for r in rows:
             if r[1] != "transition":
-                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[4])
+                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[3])
         records: dict[str, dict[int, Any]] = {}
         for table, refs in wanted.items():
             sql = _RECORDS.get(table)
@@ -345,7 +345,7 @@ def _err(oc: SendOutcome) -> str:
 
 def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[Entry]:
     """The claimed outbox rows (the head query's) with their records: a transition's is in its
-    row (its id `ref_id` in column 4, its values from column 5 on; NULL when it is gone), the
+    row (its id `ref_id` in column 3, its values from column 4 on; NULL when it is gone), the
     other kinds' in `records` by table and id."""
     out: list[Entry] = []
     append = out.append
@@ -353,15 +353,15 @@ def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[En
     for r in rows:
         kind = r[1]
         if kind == "transition":
-            rec = None if r[5] is None else new(Transition, r[4:12])
-            append(new(Entry, (r[0], kind, r[4], r[2] + 1, r[3], rec)))
+            rec = None if r[4] is None else new(Transition, r[3:11])
+            append(new(Entry, (r[0], kind, r[3], r[2] + 1, rec)))
         else:
-            append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[4])))
+            append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[3])))
     return out
 
 
 def _entry(r: Any, rec_row: Any) -> Entry:
-    """An outbox row (id, kind, attempts, created_at, ref_id) with its record's row (None: gone)."""
+    """An outbox row (id, kind, attempts, ref_id) with its record's row (None: gone)."""
     kind = r[1]
     rec: Record | None = None
     if rec_row is None:
@@ -376,4 +376,4 @@ def _entry(r: Any, rec_row: Any) -> Entry:
         raw = x[7]
         text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
         rec = IdentityIncomplete(x[0], x[1], x[2], x[3], x[4], x[5], x[6], text, x[8] or "counter")
-    return Entry(outbox_id=r[0], kind=kind, ref_id=r[4], attempt=int(r[2]) + 1, created_at=r[3], record=rec)
+    return Entry(outbox_id=r[0], kind=kind, ref_id=r[3], attempt=int(r[2]) + 1, record=rec)

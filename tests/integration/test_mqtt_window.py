@@ -51,7 +51,7 @@ def events(first: int, count: int, site: str) -> list[Event]:
             receiver="test",
         )
         rec = Transition(n, d.source or "", str(n), "B17", ts, d.payload_json, ts)
-        entry = Entry(n, "transition", n, 1, ts, rec)
+        entry = Entry(n, "transition", n, 1, rec)
         out.append(encode(entry, site=site, gateway="gw", replayed=False, store_id=STORE_ID))
     return out
 

@@ -27,7 +27,7 @@ T0 = "2026-04-22T08:00:12.120Z"
 def transition(n: int, *, severity: str = "High", boot: str = "B17", gateway: str = "gw-a") -> bytes:
     rec = Transition(n, "PUMP-07/Trip", f"T{n}", boot, T0, json.dumps({"severity": severity}), T0)
     return encode(
-        Entry(n, "transition", n, 1, T0, rec),
+        Entry(n, "transition", n, 1, rec),
         site="plant-1",
         gateway=gateway,
         replayed=False,
@@ -38,7 +38,7 @@ def transition(n: int, *, severity: str = "High", boot: str = "B17", gateway: st
 def boot(gateway: str) -> bytes:
     rec = BootObserved(1, "PUMP-07", "B17", "B16", T0, None, True, '{"summary":"seen"}')
     return encode(
-        Entry(9, "boot_observed", 1, 1, T0, rec),
+        Entry(9, "boot_observed", 1, 1, rec),
         site="plant-1",
         gateway=gateway,
         replayed=False,

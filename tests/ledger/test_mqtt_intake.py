@@ -43,7 +43,7 @@ def events(n: int, gateway: str) -> list[Event]:
         rec = Transition(i, f"PLC-{i % 7}/Trip", f"T{i}", "B1", T0, json.dumps({"state": "Trip", "i": i}), T0)
         out.append(
             encode(
-                Entry(i, "transition", i, 1, T0, rec),
+                Entry(i, "transition", i, 1, rec),
                 site="plant",
                 gateway=gateway,
                 replayed=False,
@@ -123,7 +123,7 @@ def probe() -> list[bytes]:
     rec = Transition(1, "PROBE/Ready", "T1", "B1", T0, "{}", T0)
     return [
         encode(
-            Entry(1, "transition", 1, 1, T0, rec),
+            Entry(1, "transition", 1, 1, rec),
             site="plant",
             gateway="probe",
             replayed=False,

@@ -31,9 +31,7 @@ def tr(
 
 
 def entry(rec: Record | None, attempt: int = 1, kind: str = "transition") -> Entry:
-    return Entry(
-        outbox_id=5, kind=kind, ref_id=1, attempt=attempt, created_at="2026-04-22T08:00:13.000Z", record=rec
-    )
+    return Entry(outbox_id=5, kind=kind, ref_id=1, attempt=attempt, record=rec)
 
 
 def ce(rec: Record, *, attempt: int = 1, replayed: bool = False, kind: str = "transition") -> dict[str, Any]:
