@@ -142,9 +142,17 @@ class Outbox:
 
             async def write() -> None:
                 async with store.transaction():
-                    entries = await self._read(upstream, limit, after)
-                    read.set_result(entries)
-                    await self._settle(results, now)
+                    rows, records = await self._read_rows(upstream, limit, after)
+                    # The outcomes are written on the store's thread while the rows read become
+                    # entries here (the task's first statement is queued before they are built).
+                    settling = asyncio.ensure_future(self._settle(results, now))
+                    try:
+                        await asyncio.sleep(0)
+                        entries = _entries(rows, records) if rows else []
+                        del rows, records
+                        read.set_result(entries)
+                    finally:
+                        await settling
                     if entries:
                         # The rows read are every pending row of `upstream` from the first to the
                         # last of them: this transaction holds the write lock since before the read,
@@ -168,20 +176,28 @@ class Outbox:
     async def _read(self, upstream: str, limit: int, after: int) -> list[Entry]:
         """Inside the lock: the queue head's entries (attempt numbers as they will be once their
         attempts are counted and committed). The rows themselves are let go here."""
+        rows, records = await self._read_rows(upstream, limit, after)
+        return _entries(rows, records) if rows else []
+
+    async def _read_rows(
+        self, upstream: str, limit: int, after: int
+    ) -> tuple[list[Any], dict[str, dict[int, Any]]]:
+        """Inside the lock: the queue head's rows, and the records of the rows that are not
+        transitions by table and id (for `_entries`)."""
         db = self.store.db
-        rows = await db.execute_fetchall(_HEAD, (upstream, after, limit))
-        if not rows:
-            return []
+        rows = list(await db.execute_fetchall(_HEAD, (upstream, after, limit)))
+        records: dict[str, dict[int, Any]] = {}
+        if not rows or set(map(_second, rows)) == {"transition"}:  # the common read: all transitions
+            return rows, records
         wanted: dict[str, list[int]] = {}
         for r in rows:
             if r[1] != "transition":
                 wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[3])
-        records: dict[str, dict[int, Any]] = {}
         for table, refs in wanted.items():
             sql = _RECORDS.get(table)
             found = await db.execute_fetchall(sql, (_ids(refs),)) if sql is not None else []
             records[table] = {rec[0]: rec for rec in found}
-        return _entries(rows, records)
+        return rows, records
 
     async def _count_attempts(self, entries: Sequence[Entry]) -> None:
         """Inside the lock and a transaction: `attempts + 1` for the rows read."""
