@@ -36,7 +36,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import operator
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -97,9 +96,10 @@ ENCODE_SLICE = 250  # rows encoded between two turns of the event loop
 
 @dataclass(eq=False)
 class _Flight:
-    """One claimed batch: its rows, their outcomes so far (encode errors), what is being published."""
+    """One claimed batch: its rows' outbox ids, their outcomes so far (encode errors), what is
+    being published. The claimed entries themselves are let go as they are encoded."""
 
-    entries: Sequence[Entry]
+    ids: list[int]
     outcomes: list[SendOutcome | None]
     slots: list[int]
     events: list[Event]
@@ -163,6 +163,7 @@ class Forwarder:
                     if entries:
                         after = entries[-1].outbox_id
                         flight = await self._encode(entries)
+                        del entries
                         ahead.append(self._launch(flight, ahead[-1] if ahead else None))
                         continue
                 claimed_none = False
@@ -174,10 +175,10 @@ class Forwarder:
                     continue
                 delay, claimed = await self._finish(ahead.popleft(), drain, claim_after=after)
                 if delay is None:
-                    if claimed is not None and claimed.entries:
-                        after = claimed.entries[-1].outbox_id
+                    if claimed is not None and claimed.ids:
+                        after = claimed.ids[-1]
                         ahead.append(self._launch(claimed, ahead[-1] if ahead else None))
-                    claimed_none = claimed is not None and not claimed.entries
+                    claimed_none = claimed is not None and not claimed.ids
                     continue
                 while ahead:  # what was sent behind the failed batch: settle it too
                     later, _ = await self._finish(ahead.popleft(), drain)
@@ -199,9 +200,9 @@ class Forwarder:
         `ENCODE_SLICE` rows, so the store's statements of a settle running meanwhile (on its own
         thread) go on while this runs."""
         n = len(entries)
-        flight = _Flight(entries, [None] * n, [], [], None)
+        flight = _Flight([], [None] * n, [], [], None)
         events, outcomes = flight.events, flight.outcomes
-        append = events.append
+        append, add_id = events.append, flight.ids.append
         outage, until = self._outage, self._replay_until
         site, gateway, store_id = self.site, self.gateway, self.store_id
         fast = encode_transition_fast
@@ -211,7 +212,9 @@ class Forwarder:
         for i, entry in enumerate(entries):
             if i and not i % ENCODE_SLICE:
                 await asyncio.sleep(0)
-            replayed = all_replayed or entry.attempt > 1 or entry.outbox_id <= until
+            oid = entry.outbox_id
+            add_id(oid)
+            replayed = all_replayed or entry.attempt > 1 or oid <= until
             rec = entry.record
             event = fast(entry, rec, site, gateway, replayed) if type(rec) is Transition else None
             if event is None:
@@ -268,13 +271,13 @@ class Forwarder:
         published = None
         if flight.task is not None:
             published = await self._bounded(flight.task, len(flight.events), drain)
-        if published is not None and len(published) == len(flight.entries):
+        if published is not None and len(published) == len(flight.ids):
             outcomes = published  # every row was encoded and published: outcomes in row order
         else:
             for i, oc in zip(flight.slots, published or (), strict=True):
                 flight.outcomes[i] = oc
             outcomes = [oc if oc is not None else retry("not sent") for oc in flight.outcomes]
-        results = BatchOutcomes(list(map(_outbox_id, flight.entries)), outcomes)
+        results = BatchOutcomes(flight.ids, outcomes)
         del flight  # its rows and events can go before the next rows are encoded: two batches in memory
         now = format_timestamp(self.clock())
         claimed: _Flight | None = None
@@ -285,7 +288,7 @@ class Forwarder:
                     results, now, up.name, up.read_size, after=claim_after, prepare=self._encode
                 )
                 if claimed is None:  # nothing was read
-                    claimed = _Flight(entries, [], [], [], None)
+                    claimed = _Flight([e.outbox_id for e in entries], [], [], [], None)
             else:
                 await self.outbox.settle(results, now)
         except StoreError as exc:
@@ -393,9 +396,6 @@ class Forwarder:
 
 def _failed(outcomes: list[SendOutcome]) -> bool:
     return not all_delivered(outcomes) and any(o.verdict is Verdict.RETRY for o in outcomes)
-
-
-_outbox_id = operator.itemgetter(0)  # Entry.outbox_id, for a whole batch in one pass
 
 
 async def _wait(stop: asyncio.Event, delay: float) -> None:

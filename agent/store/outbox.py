@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, overload
 
 import aiosqlite
 
@@ -125,8 +125,8 @@ class Outbox:
         limit: int,
         *,
         after: int,
-        prepare: Callable[[list[Entry]], Awaitable[T]] | None = None,
-    ) -> tuple[list[Entry], T | None]:
+        prepare: Callable[[Sequence[Entry]], Awaitable[T]] | None = None,
+    ) -> tuple[Sequence[Entry], T | None]:
         """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
         (one commit instead of two per batch: on an error neither is committed), and
         `await prepare(entries)` on the next rows while the outcomes and
@@ -138,7 +138,7 @@ class Outbox:
         else the store's statements wait for it."""
         store = self.store
         async with store.lock:
-            read: asyncio.Future[list[Entry]] = asyncio.get_running_loop().create_future()
+            read: asyncio.Future[Sequence[Entry]] = asyncio.get_running_loop().create_future()
 
             async def write() -> None:
                 async with store.transaction():
@@ -148,7 +148,7 @@ class Outbox:
                     settling = asyncio.ensure_future(self._settle(results, now))
                     try:
                         await asyncio.sleep(0)
-                        entries = _entries(rows, records) if rows else []
+                        entries = Claimed(rows, records)
                         del rows, records
                         read.set_result(entries)
                     finally:
@@ -177,7 +177,7 @@ class Outbox:
         """Inside the lock: the queue head's entries (attempt numbers as they will be once their
         attempts are counted and committed). The rows themselves are let go here."""
         rows, records = await self._read_rows(upstream, limit, after)
-        return _entries(rows, records) if rows else []
+        return list(Claimed(rows, records))
 
     async def _read_rows(
         self, upstream: str, limit: int, after: int
@@ -359,21 +359,43 @@ def _err(oc: SendOutcome) -> str:
     return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
 
 
-def _entries(rows: Iterable[Any], records: dict[str, dict[int, Any]]) -> list[Entry]:
-    """The claimed outbox rows (the head query's) with their records: a transition's is in its
-    row (its id `ref_id` in column 3, its values from column 4 on; NULL when it is gone), the
-    other kinds' in `records` by table and id."""
-    out: list[Entry] = []
-    append = out.append
-    new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
-    for r in rows:
-        kind = r[1]
-        if kind == "transition":
-            rec = None if r[4] is None else new(Transition, r[3:11])
-            append(new(Entry, (r[0], kind, r[3], r[2] + 1, rec)))
-        else:
-            append(_entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[3])))
-    return out
+class Claimed(Sequence[Entry]):
+    """The entries of the rows read (the head query's), each built when it is asked for.
+
+    A transition's record is in its row (its id `ref_id` in column 3, its values from column 4
+    on; NULL when it is gone), the other kinds' in `records` by table and id. Iterated once (the
+    forwarder's encoder), each entry can go as soon as it is encoded: the rows are plain tuples,
+    which the garbage collector stops tracking, where a batch's entries and records held at once
+    are thousands of named tuples it goes over at every collection while they live."""
+
+    __slots__ = ("_records", "_rows")
+
+    def __init__(self, rows: list[Any], records: dict[str, dict[int, Any]]) -> None:
+        self._rows = rows
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Entry]: ...
+    def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
+        if isinstance(i, slice):
+            return list(Claimed(self._rows[i], self._records))
+        return next(iter(Claimed([self._rows[i]], self._records)))
+
+    def __iter__(self) -> Iterator[Entry]:
+        records = self._records
+        new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
+        for r in self._rows:
+            kind = r[1]
+            if kind == "transition":
+                rec = None if r[4] is None else new(Transition, r[3:11])
+                yield new(Entry, (r[0], kind, r[3], r[2] + 1, rec))
+            else:
+                yield _entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[3]))
 
 
 def _entry(r: Any, rec_row: Any) -> Entry:
