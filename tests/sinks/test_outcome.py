@@ -7,7 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from agent.core.send_outcome import (
+    DELIVERED,
+    SendOutcome,
     Verdict,
+    all_delivered,
     classify_http,
     classify_mqtt_reason,
     needs_split,
@@ -100,3 +103,12 @@ def test_mqtt_reason_code_table(code: int, verdict: Verdict) -> None:
 )
 def test_split_decision(outcome: object, size: int, split: bool) -> None:
     assert needs_split(outcome, size) is split  # type: ignore[arg-type]
+
+
+def test_all_delivered_counts_every_delivered_outcome_and_nothing_else() -> None:
+    assert all_delivered([])
+    assert all_delivered([DELIVERED] * 3)
+    assert all_delivered([DELIVERED, SendOutcome(Verdict.DELIVERED)])  # equal, not the same object
+    assert not all_delivered([DELIVERED, retry("timeout"), DELIVERED])
+    assert not all_delivered([rejected("HTTP 400")])
+    assert not all_delivered([SendOutcome(Verdict.DELIVERED, "odd reason")])

@@ -1,0 +1,90 @@
+"""The claim made with a settle: the next rows' attempts counted over the range read, and the
+entries handed over one at a time (real SQLite files)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
+from agent.core.records import Entry
+from agent.core.send_outcome import DELIVERED
+from agent.store.store import Store
+
+AT = "2026-04-22T08:00:00.000Z"
+
+
+def d(tid: str, source: str = "PUMP-07/Trip") -> Delivery:
+    obj = {"source": source, "transitionId": tid, "bootId": "B17", "payload": {"state": "Trip"}}
+    got = parse_delivery(json.dumps(obj), arrival_at=AT, receiver="test")
+    assert isinstance(got, Delivery)
+    return got
+
+
+def outbox(path: Path) -> dict[int, tuple[str, str, int]]:
+    with sqlite3.connect(path) as con:
+        rows = con.execute("SELECT outbox_id, upstream, state, attempts FROM outbox").fetchall()
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+async def test_the_claim_with_a_settle_counts_exactly_the_rows_it_read(tmp_path: Path) -> None:
+    # Rows of another upstream and rows of this one that are no longer pending sit between the
+    # rows claimed: only the pending rows of this upstream are read, and only they get an attempt.
+    path = tmp_path / "s.db"
+    store = await Store.open(path)
+    await store.register_upstreams([("central", "none"), ("other", "none")], AT)
+    await store.record([d(str(n)) for n in range(12)])
+    first = await store.outbox.claim("central", 2)
+    before = outbox(path)
+    central = sorted(i for i, (up, _, _) in before.items() if up == "central" and i > first[-1].outbox_id)
+    with sqlite3.connect(path) as con:  # settled earlier: one delivered, one dead letter
+        con.execute("UPDATE outbox SET state = 'delivered', attempts = 3 WHERE outbox_id = ?", (central[2],))
+        con.execute("UPDATE outbox SET state = 'rejected', attempts = 2 WHERE outbox_id = ?", (central[5],))
+    nxt, _ = await store.outbox.settle_and_claim_prepared(
+        [(e.outbox_id, DELIVERED) for e in first], AT, "central", 100, after=first[-1].outbox_id
+    )
+    claimed = [e.outbox_id for e in nxt]
+    after = outbox(path)
+    await store.close()
+    assert claimed == [i for i in central if i not in (central[2], central[5])]
+    assert all(e.attempt == 1 for e in nxt)
+    for i, (up, state, attempts) in after.items():
+        if i in claimed:
+            assert (up, state, attempts) == ("central", "pending", 1)
+        elif i in (e.outbox_id for e in first):
+            assert (up, state, attempts) == ("central", "delivered", 1)
+        elif i == central[2]:
+            assert (state, attempts) == ("delivered", 3)
+        elif i == central[5]:
+            assert (state, attempts) == ("rejected", 2)
+        else:
+            assert (up, state, attempts) == ("other", "pending", 0), i
+
+
+async def test_the_rows_claimed_with_a_settle_are_a_sequence_of_the_same_entries(tmp_path: Path) -> None:
+    # They are built when asked for: by index, by slice, iterated again, every kind with its record.
+    path = tmp_path / "s.db"
+    store = await Store.open(path)
+    await store.register_upstreams([("central", "none")], AT)
+    await store.record([d(str(n)) for n in range(5)])  # 5 transitions + 1 boot_observed
+    first = await store.outbox.claim("central", 1)
+    handed: list[Any] = []
+
+    async def prepare(entries: Any) -> None:
+        handed.append(entries)
+
+    nxt, _ = await store.outbox.settle_and_claim_prepared(
+        [(first[0].outbox_id, DELIVERED)], AT, "central", 10, after=first[0].outbox_id, prepare=prepare
+    )
+    await store.close()
+    assert handed == [nxt]
+    listed = list(nxt)
+    assert all(type(e) is Entry for e in listed) and listed == list(nxt)
+    assert len(nxt) == len(listed) == 5
+    assert {e.kind for e in listed} == {"transition", "boot_observed"}
+    assert all(e.record is not None for e in listed)
+    assert nxt[0] == listed[0] and nxt[-1] == listed[-1] and nxt[1:3] == listed[1:3]
+    assert [e.attempt for e in listed] == [1] * 5
