@@ -11,7 +11,7 @@ from typing import Any
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.core.records import Entry
-from agent.core.send_outcome import DELIVERED
+from agent.core.send_outcome import DELIVERED, rejected
 from agent.store.store import Store
 
 AT = "2026-04-22T08:00:00.000Z"
@@ -88,3 +88,30 @@ async def test_the_rows_claimed_with_a_settle_are_a_sequence_of_the_same_entries
     assert all(e.record is not None for e in listed)
     assert nxt[0] == listed[0] and nxt[-1] == listed[-1] and nxt[1:3] == listed[1:3]
     assert [e.attempt for e in listed] == [1] * 5
+
+
+async def test_rows_claimed_with_a_settle_and_never_settled_go_out_again_with_the_next_attempt(
+    tmp_path: Path,
+) -> None:
+    # A crash after the commit that counted the next rows' attempts (they may have been sent):
+    # after a restart the claim from the head hands them out again with attempt 2, and a retry
+    # and a requeued dead letter among them keep counting from what is stored.
+    path = tmp_path / "s.db"
+    store = await Store.open(path)
+    await store.register_upstreams([("central", "none")], AT)
+    await store.record([d(str(n)) for n in range(6)])  # 6 transitions + 1 boot_observed
+    first = await store.outbox.claim("central", 2)
+    nxt, _ = await store.outbox.settle_and_claim_prepared(
+        [(e.outbox_id, DELIVERED) for e in first], AT, "central", 3, after=first[-1].outbox_id
+    )
+    claimed = [(e.outbox_id, e.attempt) for e in nxt]
+    await store.close()  # no settle of `nxt`: the process is gone
+    store = await Store.open(path)
+    again = await store.outbox.claim("central", 10)
+    assert [(e.outbox_id, e.attempt) for e in again][:3] == [(i, a + 1) for i, a in claimed]
+    assert [e.attempt for e in again][3:] == [1, 1]  # never claimed before
+    await store.outbox.settle([(again[0].outbox_id, rejected("HTTP 400"))], AT)
+    await store.outbox.retry_rejected("central")
+    head = await store.outbox.claim("central", 1)
+    await store.close()
+    assert [(e.outbox_id, e.attempt) for e in head] == [(again[0].outbox_id, 3)]
