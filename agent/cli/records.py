@@ -22,7 +22,7 @@ from agent.cli import progress, render
 from agent.cli.context import Context, run_async
 from agent.core.decide import Outcome
 from agent.core.wording import counted
-from agent.sources.importer import read_batches
+from agent.sources.importer import ImportBatch, read_batches
 from agent.store import report
 from agent.store.reader import Reader
 from agent.store.store import Store
@@ -73,7 +73,8 @@ def _json_results(lines: list[int], outcomes: list[Outcome]) -> str:
 async def import_into(
     store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: progress.Progress
 ) -> None:
-    """Record the file batch by batch; a batch's results are printed only after its commit.
+    """Record the file batch by batch; a batch's results are printed only after its commit, while
+    the next batch is being recorded.
 
     Batch N+1 is parsed in a worker thread while batch N is being recorded (the commit's
     fsync and SQLite's own work run without the interpreter lock); batches are still
@@ -96,16 +97,32 @@ async def import_into(
     sys.setswitchinterval(IMPORT_SWITCH_INTERVAL_S)
     thresholds = gc.get_threshold()
     gc.set_threshold(IMPORT_GC_THRESHOLD, *thresholds[1:])
+
+    def report(batch: ImportBatch, outcomes: list[Outcome]) -> None:
+        if as_json:
+            sys.stdout.write(_json_results(batch.lines, outcomes))
+            sys.stdout.flush()
+        tally.add(batch.lines, outcomes)
+        bar(batch.bytes_read, batch.lines[-1])
+
     try:
         parsing = loop.run_in_executor(None, next, batches, None)
+        done: tuple[ImportBatch, list[Outcome]] | None = None
         while (batch := await parsing) is not None:
             parsing = loop.run_in_executor(None, next, batches, None)
-            outcomes = await store.record(batch.items)
-            if as_json:
-                sys.stdout.write(_json_results(batch.lines, outcomes))
-                sys.stdout.flush()
-            tally.add(batch.lines, outcomes)
-            bar(batch.bytes_read, batch.lines[-1])
+            recording = asyncio.ensure_future(store.record(batch.items))
+            if done is not None:
+                # The results of the batch before (committed) are printed while this one is on
+                # its way in the store's thread: handed over first, so the thread never waits.
+                await asyncio.sleep(0)
+                try:
+                    report(*done)
+                except BaseException:
+                    recording.cancel()  # rolled back unless it reached COMMIT
+                    raise
+            done = (batch, await recording)
+        if done is not None:
+            report(*done)
     finally:
         sys.setswitchinterval(interval)
         gc.set_threshold(*thresholds)
