@@ -118,7 +118,7 @@ async def import_into(
                 try:
                     report(*done)
                 except BaseException:
-                    recording.cancel()  # rolled back unless it reached COMMIT
+                    recording.cancel()  # its results are not printed: not known to be recorded
                     raise
             done = (batch, await recording)
         if done is not None:
