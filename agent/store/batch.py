@@ -7,12 +7,11 @@ Runs inside the caller's BEGIN IMMEDIATE (`Store.record`); the decision itself i
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-
-import aiosqlite
 
 from agent.core import decide
 from agent.core.contract import Anomaly, Decision, Delivery, Key, Rejection
@@ -36,8 +35,8 @@ class Marks:
     has_forgotten: bool
 
 
-async def record_batch(
-    db: aiosqlite.Connection,
+def record_batch(
+    db: sqlite3.Connection,
     path: str,
     items: Sequence[Delivery | Rejection],
     sightings: Sequence[decide.BootSighting],
@@ -46,22 +45,22 @@ async def record_batch(
     upstreams: Sequence[str],
 ) -> list[decide.Outcome]:
     """Decide and write one batch; returns one Outcome per item, in order."""
-    marks = await read_marks(db)
+    marks = read_marks(db)
     arrival_ids = [marks.last_arrival_id + 1 + i for i in range(len(items))]
     firsts = first_deliveries(items)
-    canonical, pruned = await insert_canonicals(db, path, firsts, arrival_ids, marks)
-    forgotten = await forgotten_of(db, list(firsts)) if marks.has_forgotten and firsts else None
+    canonical, pruned = insert_canonicals(db, path, firsts, arrival_ids, marks)
+    forgotten = forgotten_of(db, list(firsts)) if marks.has_forgotten and firsts else None
     outcomes, updates = decide.classify(
         items, canonical, marks.max_canonical, pruned=pruned, forgotten=forgotten
     )
-    await insert_arrivals(db, items, arrival_ids, outcomes, updates)
+    insert_arrivals(db, items, arrival_ids, outcomes, updates)
     if pruned or forgotten:
-        await record_retention_side(db, outcomes, updates, pruned)
+        record_retention_side(db, outcomes, updates, pruned)
     # Sightings read straight from a controller come first: they carry the real evidence
     # (register or node, previous value, OPC UA StartTime) for a boot the batch also shows.
-    boot_rows = await record_boots(db, [*sightings, *decide.sightings_of(items)], arrival_ids)
-    pending = await insert_pending(db, arrival_ids, outcomes)
-    anomaly_refs = await record_anomalies(db, anomalies)
+    boot_rows = record_boots(db, [*sightings, *decide.sightings_of(items)], arrival_ids)
+    pending = insert_pending(db, arrival_ids, outcomes)
+    anomaly_refs = record_anomalies(db, anomalies)
     if upstreams:
         refs = [
             ("transition", oc.canonical_id)
@@ -71,25 +70,25 @@ async def record_batch(
         refs += [("boot_observed", b) for b in boot_rows]
         refs += anomaly_refs
         refs += [("identity_incomplete", a) for a in pending]
-        await queue_outbox(db, upstreams, refs, now)
+        queue_outbox(db, upstreams, refs, now)
     return outcomes
 
 
-async def queue_outbox(
-    db: aiosqlite.Connection, upstreams: Sequence[str], refs: list[tuple[str, int]], now: str
+def queue_outbox(
+    db: sqlite3.Connection, upstreams: Sequence[str], refs: list[tuple[str, int]], now: str
 ) -> None:
     """One outbox row per new record and upstream."""
-    await db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
+    db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
 
 
-async def read_marks(db: aiosqlite.Connection) -> Marks:
-    found = await db.execute_fetchall(
+def read_marks(db: sqlite3.Connection) -> Marks:
+    found = db.execute(
         "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='events'), 0),"
         "           coalesce((SELECT max(canonical_id) FROM events), 0)),"
         " max(coalesce((SELECT seq FROM sqlite_sequence WHERE name='arrivals'), 0),"
         "     coalesce((SELECT max(arrival_id) FROM arrivals), 0)),"
         " EXISTS(SELECT 1 FROM event_keys), EXISTS(SELECT 1 FROM forgotten_keys)"
-    )
+    ).fetchall()
     row = next(iter(found))
     return Marks(int(row[0]), int(row[1]), bool(row[2]), bool(row[3]))
 
@@ -103,8 +102,8 @@ def first_deliveries(items: Sequence[Delivery | Rejection]) -> dict[Key, tuple[D
     return firsts
 
 
-async def insert_canonicals(
-    db: aiosqlite.Connection,
+def insert_canonicals(
+    db: sqlite3.Connection,
     path: str,
     firsts: dict[Key, tuple[Delivery, int]],
     arrival_ids: list[int],
@@ -117,9 +116,9 @@ async def insert_canonicals(
     """
     if not firsts:
         return {}, set()
-    known, pruned = await canonical_of(db, path, list(firsts), marks.has_key_records, complete=False)
+    known, pruned = canonical_of(db, path, list(firsts), marks.has_key_records, complete=False)
     new = [(key, d, i) for key, (d, i) in firsts.items() if key not in known]
-    changed = await insert_many(
+    changed = insert_many(
         db,
         rows.EVENT_COLUMNS,
         rows.EVENT_WIDTH,
@@ -127,7 +126,7 @@ async def insert_canonicals(
         " ON CONFLICT(source, transition_id, boot_id) DO NOTHING",
     )
     if changed != len(new):  # cannot happen inside BEGIN IMMEDIATE: read every key back
-        return await canonical_of(db, path, list(firsts), marks.has_key_records)
+        return canonical_of(db, path, list(firsts), marks.has_key_records)
     # Every key inserted was new: with AUTOINCREMENT under BEGIN IMMEDIATE (we are the only
     # writer) the ids are the next ones, in insertion order, and the canonical content is ours.
     # Once retention has pruned payloads, a key may live on only as a compact key record (the
@@ -144,8 +143,8 @@ def _values_sql(head: str, width: int, n: int, tail: str) -> str:
     return f"{head} VALUES {','.join([one] * n)}{tail}"
 
 
-async def insert_many(
-    db: aiosqlite.Connection, head: str, width: int, params: list[tuple[Any, ...]], tail: str = ""
+def insert_many(
+    db: sqlite3.Connection, head: str, width: int, params: list[tuple[Any, ...]], tail: str = ""
 ) -> int:
     """`head VALUES (..),(..) tail` for `params` (rows of `width` values); returns rows changed.
 
@@ -155,13 +154,13 @@ async def insert_many(
     per = PARAMS_PER_INSERT // width
     for start in range(0, len(params), per):
         chunk = params[start : start + per]
-        cur = await db.execute(_values_sql(head, width, len(chunk), tail), [x for r in chunk for x in r])
+        cur = db.execute(_values_sql(head, width, len(chunk), tail), [x for r in chunk for x in r])
         changed += cur.rowcount
     return changed
 
 
-async def canonical_of(
-    db: aiosqlite.Connection,
+def canonical_of(
+    db: sqlite3.Connection,
     path: str,
     keys: list[Key],
     with_key_records: bool = False,
@@ -193,7 +192,7 @@ async def canonical_of(
                 " lower(hex(x.payload_hash)), 1 FROM k JOIN event_keys x"
                 " ON x.source = k.s AND x.transition_id = k.t AND x.boot_id = k.b"
             )
-        for r in await db.execute_fetchall(sql, params):
+        for r in db.execute(sql, params).fetchall():
             found[Key(r[0], r[1], r[2])] = (int(r[3]), str(r[4]))
             if r[5]:
                 pruned.add(int(r[3]))
@@ -203,31 +202,31 @@ async def canonical_of(
     return found, pruned
 
 
-async def forgotten_of(db: aiosqlite.Connection, keys: list[Key]) -> dict[tuple[str, str], str]:
+def forgotten_of(db: sqlite3.Connection, keys: list[Key]) -> dict[tuple[str, str], str]:
     """(source, bootId) -> latest arrival of a key forgotten at the key horizon, for these keys."""
     pairs = list(dict.fromkeys((k.source, k.boot_id) for k in keys))
     out: dict[tuple[str, str], str] = {}
     for start in range(0, len(pairs), CHUNK):
         chunk = pairs[start : start + CHUNK]
         values = ",".join("(?,?)" for _ in chunk)
-        found = await db.execute_fetchall(
+        found = db.execute(
             f"WITH p(s, b) AS (VALUES {values}) SELECT f.source, f.boot_id, f.through_arrival"
             " FROM p JOIN forgotten_keys f ON f.source = p.s AND f.boot_id = p.b",
             [x for pair in chunk for x in pair],
-        )
+        ).fetchall()
         out.update({(r[0], r[1]): str(r[2]) for r in found})
     return out
 
 
-async def insert_arrivals(
-    db: aiosqlite.Connection,
+def insert_arrivals(
+    db: sqlite3.Connection,
     items: Sequence[Delivery | Rejection],
     arrival_ids: list[int],
     outcomes: list[decide.Outcome],
     updates: Sequence[decide.EventUpdate],
 ) -> None:
     """Every arrival, and the counts of the canonical events they touched (`updates`)."""
-    await insert_many(
+    insert_many(
         db,
         rows.ARRIVAL_COLUMNS,
         rows.ARRIVAL_WIDTH,
@@ -236,14 +235,14 @@ async def insert_arrivals(
     pairs = zip(arrival_ids, items, strict=True)
     via = [(it.via, a) for a, it in pairs if isinstance(it, Delivery) and it.via]
     if via:  # OPC UA alarm arrivals say how they came (live or refresh); others leave it out
-        await db.executemany("UPDATE arrivals SET via = ? WHERE arrival_id = ?", via)
+        db.executemany("UPDATE arrivals SET via = ? WHERE arrival_id = ?", via)
     if updates:
         width = rows.UPDATE_EVENT_COUNTS_WIDTH
         one = "(" + ",".join("?" * width) + ")"
         per = PARAMS_PER_INSERT // width
         for start in range(0, len(updates), per):
             chunk = updates[start : start + per]
-            await db.execute(
+            db.execute(
                 rows.UPDATE_EVENT_COUNTS_HEAD + ",".join([one] * len(chunk)) + rows.UPDATE_EVENT_COUNTS_TAIL,
                 [
                     x
@@ -253,8 +252,8 @@ async def insert_arrivals(
             )
 
 
-async def record_retention_side(
-    db: aiosqlite.Connection,
+def record_retention_side(
+    db: sqlite3.Connection,
     outcomes: list[decide.Outcome],
     updates: list[decide.EventUpdate],
     pruned: set[int],
@@ -262,7 +261,7 @@ async def record_retention_side(
     """Later arrivals of keys whose payload was pruned; the count of key-horizon flags."""
     kept = [u for u in updates if u.canonical_id in pruned]
     if kept:
-        await db.executemany(
+        db.executemany(
             "UPDATE event_keys SET conflict_count = conflict_count + ?,"
             " first_arrival = min(first_arrival, ?), last_arrival = max(last_arrival, ?)"
             " WHERE canonical_id = ?",
@@ -270,7 +269,7 @@ async def record_retention_side(
         )
     passed = sum(1 for oc in outcomes if decide.KEY_HORIZON_PASSED in oc.flags)
     if passed:
-        await db.execute(
+        db.execute(
             "INSERT INTO retention_counts(name, value) VALUES (?, ?)"
             " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
             (decide.KEY_HORIZON_PASSED, passed),
@@ -278,8 +277,8 @@ async def record_retention_side(
         log.warning("key horizon passed: %d new keys may be re-deliveries of forgotten keys", passed)
 
 
-async def insert_pending(
-    db: aiosqlite.Connection, arrival_ids: list[int], outcomes: list[decide.Outcome]
+def insert_pending(
+    db: sqlite3.Connection, arrival_ids: list[int], outcomes: list[decide.Outcome]
 ) -> list[int]:
     """Put identity-incomplete arrivals on the pending list; returns their arrival ids."""
     pending = [
@@ -288,5 +287,5 @@ async def insert_pending(
         if oc.decision is Decision.IDENTITY_INCOMPLETE
     ]
     if pending:
-        await db.executemany("INSERT INTO pending(arrival_id) VALUES (?)", [(a,) for a in pending])
+        db.executemany("INSERT INTO pending(arrival_id) VALUES (?)", [(a,) for a in pending])
     return pending

@@ -11,9 +11,9 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiosqlite
@@ -22,6 +22,7 @@ from agent.core.errors import StoreCorrupt, StoreError, StoreFull
 from agent.store.schema import MIGRATIONS, Migration
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIN_SQLITE = (3, 37, 0)  # STRICT tables
 
@@ -263,6 +264,47 @@ async def rollback_quietly(db: aiosqlite.Connection) -> None:
         log.debug("rollback after failure also failed: %s", exc)
 
 
+async def on_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """`fn(connection)` run on the connection's own thread, in one trip (aiosqlite runs each
+    statement as one trip there: a queue put, a future and a wake-up of the event loop each).
+
+    Uses aiosqlite's queue of calls (`_execute`) and its sqlite3 connection (`_conn`), which it
+    has no public name for (pinned to 0.22 in pyproject). Calls queued before run first; nothing
+    else runs on the connection while `fn` does."""
+    run: Callable[[Callable[[], T]], Awaitable[T]] = db._execute
+    return await run(lambda: fn(db._conn))
+
+
+def _transact(conn: sqlite3.Connection, path: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """BEGIN IMMEDIATE, `fn(conn)`, COMMIT; ROLLBACK when `fn` or COMMIT fails. Runs on the
+    connection's thread; what `WriteTransaction` does, in one call. sqlite3 errors leave as
+    StoreErrors, other exceptions as they are (after the rollback)."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        raise map_sqlite_error(exc, path) from exc
+    try:
+        result = fn(conn)
+    except BaseException as exc:
+        _rollback_quietly(conn)
+        if isinstance(exc, sqlite3.Error):
+            raise map_sqlite_error(exc, path) from exc
+        raise
+    try:
+        conn.commit()
+    except sqlite3.Error as err:
+        _rollback_quietly(conn)
+        raise map_sqlite_error(err, path) from err
+    return result
+
+
+def _rollback_quietly(conn: sqlite3.Connection) -> None:
+    try:
+        conn.rollback()
+    except sqlite3.Error as exc:  # the connection may already have rolled back (e.g. SQLITE_FULL)
+        log.debug("rollback after failure also failed: %s", exc)
+
+
 class WriterConnection:
     """The writer's connection, its lock and its transactions: what the store's writing parts share.
 
@@ -276,3 +318,12 @@ class WriterConnection:
 
     def transaction(self) -> WriteTransaction:
         return WriteTransaction(self.db, self.path)
+
+    async def transact(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """BEGIN IMMEDIATE, `fn(connection)`, COMMIT (ROLLBACK on error), all of it in one trip to
+        the connection's thread (`on_thread`); the semantics and errors of `transaction()`.
+
+        Hold `lock` around it. When the awaiting task is cancelled, the transaction still runs
+        to its end on the thread (committed or rolled back), as a COMMIT already queued would:
+        cancelled means "not known to be recorded", never "known not recorded"."""
+        return await on_thread(self.db, lambda conn: _transact(conn, self.path, fn))

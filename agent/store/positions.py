@@ -8,6 +8,7 @@ committed and where the agent resumes from never disagree, whatever ends the pro
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 
 import aiosqlite
@@ -16,7 +17,7 @@ from agent.core.snapshot import Positions
 from agent.core.tracker import Resume
 
 
-async def record_positions(db: aiosqlite.Connection, positions: Sequence[Positions]) -> None:
+def record_positions(db: sqlite3.Connection, positions: Sequence[Positions]) -> None:
     """Upsert each position in order (inside the caller's transaction): the last one wins."""
     channel_rows = [
         (f"{p.device}/{ch}", p.boot, tid)
@@ -25,14 +26,14 @@ async def record_positions(db: aiosqlite.Connection, positions: Sequence[Positio
         for ch, tid in p.channels.items()
     ]
     if channel_rows:
-        await db.executemany(
+        db.executemany(
             "INSERT INTO channel_positions(source, boot_id, transition_id) VALUES (?,?,?)"
             " ON CONFLICT(source, boot_id) DO UPDATE SET transition_id = excluded.transition_id",
             channel_rows,
         )
     ring_rows = [(p.device, p.ring_head) for p in positions if p.ring_head is not None]
     if ring_rows:
-        await db.executemany(
+        db.executemany(
             "INSERT INTO ring_positions(device, head) VALUES (?,?)"
             " ON CONFLICT(device) DO UPDATE SET head = excluded.head",
             ring_rows,

@@ -50,6 +50,7 @@ from agent.core.errors import StoreError, StoreFull
 from agent.core.intake import parse_delivery
 from agent.core.jcs import canonical_json
 from agent.store.batch import queue_outbox, read_marks, record_batch
+from agent.store.connection import on_thread
 from agent.store.salvage_read import (
     ANOMALY_COLUMNS,
     BOOT_COLUMNS,
@@ -199,7 +200,8 @@ async def _salvage(
         taken.last_events, taken.events = taken.events - before, before
         # Every canonical event has its outbox rows: these go out once more (replayed, same id).
         names = [str(u[0]) for u in upstreams.values()]
-        await queue_outbox(store.db, names, [("transition", cid) for cid in added.new], now)
+        refs = [("transition", cid) for cid in added.new]
+        await on_thread(store.db, lambda conn: queue_outbox(conn, names, refs, now))
         taken.outbox_rows += len(names) * len(added.new)
     return taken, len(device_state)
 
@@ -331,8 +333,9 @@ async def _deliveries(
         origin.append(("arrival", aid))
     if not items:
         return mapping
-    marks = await read_marks(db)
-    outcomes = await record_batch(db, path, items, [], [], now, [])
+    marks, outcomes = await on_thread(
+        db, lambda conn: (read_marks(conn), record_batch(conn, path, items, [], [], now, []))
+    )
     for i, ((what, old_id), oc) in enumerate(zip(origin, outcomes, strict=True)):
         if what == "event" and oc.canonical_id is not None:
             mapping[old_id] = oc.canonical_id

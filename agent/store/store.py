@@ -28,6 +28,7 @@ never an error, so a conflict never rolls back its arrival.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -207,9 +208,13 @@ class Store:
         tracker stands after the reads of this batch: recorded in the same transaction.
         """
         stamp = now or (items[-1].arrival_at if items else "")
-        async with self._lock, self._transaction():
-            outcomes = await record_batch(
-                self.db, self.path, items, boot_sightings, anomalies, stamp, self._upstreams
-            )
-            await record_positions(self.db, positions)
+        upstreams = self._upstreams
+
+        def record(conn: sqlite3.Connection) -> list[decide.Outcome]:
+            outcomes = record_batch(conn, self.path, items, boot_sightings, anomalies, stamp, upstreams)
+            record_positions(conn, positions)
             return outcomes
+
+        # The whole transaction in one trip to the connection's thread, not one per statement.
+        async with self._lock:
+            return await self._writer.transact(record)
