@@ -1,7 +1,9 @@
 """The record transaction: one batch of deliveries decided and written, as named steps.
 
-Runs inside the caller's BEGIN IMMEDIATE (`Store.record`); the decision itself is the pure
-`agent.core.decide`. Never opens, commits or rolls back a transaction here.
+Runs inside the caller's BEGIN IMMEDIATE (`Store.record`), on the connection's own thread: plain
+sqlite3 calls, so that the whole transaction is one trip there (`WriterConnection.transact`)
+rather than one per statement. The decision itself is the pure `agent.core.decide`. Never opens,
+commits or rolls back a transaction here.
 """
 
 from __future__ import annotations

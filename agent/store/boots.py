@@ -1,7 +1,8 @@
 """Writes of the record transaction for boots and anomalies: BootObserved rows, the latest live
 boot per device, gap and anomaly rows.
 
-Runs inside the caller's transaction; which boots are new is decided by `agent.core.decide`.
+Runs inside the caller's transaction, on the connection's thread (plain sqlite3, see
+`agent.store.batch`); which boots are new is decided by `agent.core.decide`.
 """
 
 from __future__ import annotations

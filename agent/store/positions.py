@@ -18,7 +18,8 @@ from agent.core.tracker import Resume
 
 
 def record_positions(db: sqlite3.Connection, positions: Sequence[Positions]) -> None:
-    """Upsert each position in order (inside the caller's transaction): the last one wins."""
+    """Upsert each position in order (inside the caller's transaction, on the connection's thread):
+    the last one wins."""
     channel_rows = [
         (f"{p.device}/{ch}", p.boot, tid)
         for p in positions

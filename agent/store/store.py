@@ -23,7 +23,9 @@ NOTHING` the first delivery of every key (the unique index arbitrates, also
 between processes); read back the canonical row of every key; classify in
 Python (`decide.classify`); insert every arrival; update counts of touched
 canonicals; write boots, pending and outbox rows; COMMIT. An existing key is
-never an error, so a conflict never rolls back its arrival.
+never an error, so a conflict never rolls back its arrival. All of it, BEGIN to
+COMMIT, is one call run on the connection's thread (one trip, not one per
+statement: each trip is a queue put, a future and a wake-up of the event loop).
 """
 
 from __future__ import annotations
