@@ -15,6 +15,10 @@ work minus the agent's overhead:
   rows from a copy of the same store, one committed range UPDATE after each 2xx,
   synchronous=FULL. `bare_post_only_per_s` is the same POSTs with no store at all.
 
+The whole process runs with the service's process-wide settings (`agent.service.runtime`: the
+garbage collector's threshold), as `edge-agent run` does; the baselines run in the same process,
+so they get them too.
+
 The HTTP receiver is `bench/sink_receiver.py` (a subprocess that reads each body and answers
 200 without parsing it), so the receiver is not the bottleneck of either side. Peak RSS of
 this process is sampled from /proc during each drain; `--agent-only` skips the baselines
@@ -50,6 +54,7 @@ from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
 from agent.core.contract import Delivery, payload_hash
 from agent.core.records import Entry, Transition
 from agent.service.forwarder import Forwarder, build_sink
+from agent.service.runtime import tuned_process
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body, encode, render_topic
 from agent.store.store import Store
 from bench.rounds import alternate_async, median, ratio, rss_mb, rss_peak_mb
@@ -311,4 +316,5 @@ if __name__ == "__main__":
         help="which drains to run (mqtt needs a broker on 127.0.0.1:1883)",
     )
     args = ap.parse_args()
-    print(json.dumps(asyncio.run(main(args.events, args.sinks, args.rounds, args.agent_only))))
+    with tuned_process():  # as `edge-agent run` runs (the baselines too: same process)
+        print(json.dumps(asyncio.run(main(args.events, args.sinks, args.rounds, args.agent_only))))

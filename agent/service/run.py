@@ -4,9 +4,10 @@ Wires the rooms together and owns the order of start and stop; holds no SQL, no 
 no stop bounds of its own (those are `agent.service.shutdown.StopBudget`).
 
 Lifecycle (`edge-agent run`):
-  start     open the store (a damaged store is moved aside and salvaged, see `open_store`), register
-            upstreams, start recorder, pollers, forwarders, status writer and retention;
-            READY=1 once all are started.
+  start     take the process-wide settings of `agent.service.runtime`; open the store (a
+            damaged store is moved aside and salvaged, see `open_store`), register upstreams,
+            start recorder, pollers, forwarders, status writer and retention; READY=1 once
+            all are started.
   running   one failing device or upstream never stops the rest: sources reconnect with
             backoff, forwarders back off, the recorder holds a batch while the store cannot
             be written. Each device connection, forwarder and the recorder runs under a
@@ -50,6 +51,7 @@ from agent.service import sdnotify
 from agent.service.forwarder import Forwarder, build_sink
 from agent.service.recorder import Recorder
 from agent.service.room import StoreRoom
+from agent.service.runtime import tuned_process
 from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
@@ -191,6 +193,10 @@ class Service:
         return format_timestamp(self.clock())
 
     async def run(self, stop: asyncio.Event) -> int:
+        with tuned_process():  # the process-wide settings the service runs with
+            return await self._serve(stop)
+
+    async def _serve(self, stop: asyncio.Event) -> int:
         store, alarm, salvaged = await open_store(self.path, self.cfg, self.clock)
         self.live.store_problem = alarm
         self.live.salvage = salvaged.as_dict() if salvaged is not None else None
