@@ -16,8 +16,8 @@ work minus the agent's overhead:
   synchronous=FULL. `bare_post_only_per_s` is the same POSTs with no store at all.
 
 The whole process runs with the service's process-wide settings (`agent.service.runtime`: the
-garbage collector's threshold, the switch interval), as `edge-agent run` does; the baselines
-run in the same process, so they get them too.
+garbage collector's threshold, the switch interval), as `edge-agent run` does; the baselines run in the same process,
+so they get them too.
 
 The HTTP receiver is `bench/sink_receiver.py` (a subprocess that reads each body and answers
 200 without parsing it), so the receiver is not the bottleneck of either side. Peak RSS of
