@@ -16,7 +16,7 @@ work minus the agent's overhead:
   synchronous=FULL. `bare_post_only_per_s` is the same POSTs with no store at all.
 
 The whole process runs with the service's process-wide settings (`agent.service.runtime`: the
-garbage collector's threshold, the switch interval), as `edge-agent run` does; the baselines run in the same process,
+garbage collector's threshold), as `edge-agent run` does; the baselines run in the same process,
 so they get them too.
 
 The HTTP receiver is `bench/sink_receiver.py` (a subprocess that reads each body and answers
