@@ -11,10 +11,10 @@ entries, transitions, encoded events) are tuples and small objects that live for
 and are freed by reference counting; none of them are in cycles. At Python's default
 young-generation threshold (700 more allocations than deallocations) a drain of a 30,000-event
 backlog to HTTP made about 75 young collections and a few of the older generations, each going
-over the batches still in hand: about 85 ms of CPU per drain, found nothing to free. At
-`SERVICE_GC_THRESHOLD` the same drain spends about 17 ms in it. Garbage in cycles, if any (an
+over the batches still in hand: 64-109 ms of CPU per drain, found nothing to free. At
+`SERVICE_GC_THRESHOLD` the same drain made no collection. Garbage in cycles, if any (an
 exception's traceback, a closed connection's objects), is still collected: at most
-`SERVICE_GC_THRESHOLD` allocations later, a few MB at most. The older generations keep their
+`SERVICE_GC_THRESHOLD` allocations later. The older generations keep their
 thresholds (relative to the young one)."""
 
 from __future__ import annotations
