@@ -74,16 +74,16 @@ async def import_into(
     store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: progress.Progress
 ) -> None:
     """Record the file batch by batch; a batch's results are printed only after its commit, while
-    the next batch is being recorded.
+    the next batch is parsed (in a worker thread).
 
-    Batch N+1 is parsed in a worker thread while batch N is being recorded (the commit's
-    fsync and SQLite's own work run without the interpreter lock); batches are still
-    recorded one after the other, in file order.
+    A batch is parsed only once the batch before it is committed, not while it is recorded: the
+    parse and the record's own Python work both hold the interpreter lock, and overlapping them
+    made the store's thread wait for the lock at each of its statements (an import took 3-5 %
+    more wall time and more CPU than with the two one after the other, 9 alternated rounds).
 
-    While the parser holds the interpreter lock, each of the store's calls to its SQLite
-    thread waits for the lock to change hands, twice: at Python's default switch interval
-    (5 ms) 800 such calls beside a busy thread took 0.9 s, at 1 ms 0.05 s. So the interval is
-    1 ms while the file is imported (end to end, a recorded batch took about 15 % less time).
+    While the parser holds the interpreter lock, the store's thread waits for the lock to change
+    hands: at Python's default switch interval (5 ms) 800 such calls beside a busy thread took
+    0.9 s, at 1 ms 0.05 s. So the interval is 1 ms while the file is imported.
 
     A batch holds a few thousand container objects (deliveries, rows, outcomes) that live until
     it is recorded and then go by reference counting. At Python's default threshold (700 more
@@ -106,23 +106,13 @@ async def import_into(
         bar(batch.bytes_read, batch.lines[-1])
 
     try:
-        parsing = loop.run_in_executor(None, next, batches, None)
-        done: tuple[ImportBatch, list[Outcome]] | None = None
-        while (batch := await parsing) is not None:
+        batch = await loop.run_in_executor(None, next, batches, None)
+        while batch is not None:
+            outcomes = await store.record(batch.items)
+            # Committed: printed while the next batch is parsed.
             parsing = loop.run_in_executor(None, next, batches, None)
-            recording = asyncio.ensure_future(store.record(batch.items))
-            if done is not None:
-                # The results of the batch before (committed) are printed while this one is on
-                # its way in the store's thread: handed over first, so the thread never waits.
-                await asyncio.sleep(0)
-                try:
-                    report(*done)
-                except BaseException:
-                    recording.cancel()  # its results are not printed: not known to be recorded
-                    raise
-            done = (batch, await recording)
-        if done is not None:
-            report(*done)
+            report(batch, outcomes)
+            batch = await parsing
     finally:
         sys.setswitchinterval(interval)
         gc.set_threshold(*thresholds)

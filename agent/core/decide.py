@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.core.basis import IdentityBasis, basis_flags
-from agent.core.contract import Decision, Delivery, Key, Rejection
+from agent.core.contract import Decision, Delivery, Key, Rejection, device_of
 from agent.core.intake import incomplete_reason
 from agent.core.jcs import canonical_json
 from agent.core.records import BootObserved
@@ -182,6 +182,17 @@ class BootSighting:
     live: bool
     evidence: dict[str, Any] = field(default_factory=dict)
     index: int | None = None  # position in the batch, to link the arrival
+
+
+def boot_pairs(items: Sequence[Delivery | Rejection]) -> set[tuple[str, str]]:
+    """The (device, bootId) pairs that `sightings_of(items)` makes sightings of, without making
+    them (their evidence): enough to ask the store whether any of them is new."""
+    carried = {
+        (key.source, key.boot_id)
+        for item in items
+        if isinstance(item, Delivery) and (key := item.key) is not None
+    }
+    return {(device_of(source), boot_id) for source, boot_id in carried}
 
 
 def sightings_of(items: Sequence[Delivery | Rejection]) -> list[BootSighting]:

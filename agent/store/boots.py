@@ -27,7 +27,7 @@ def record_boots(
     if not sightings:
         return []
     pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
-    known = _known_boots(db, pairs)
+    known = known_boots(db, pairs)
     if len(known) == len(pairs):
         return []
     devices = sorted({d for d, _ in pairs})
@@ -74,7 +74,7 @@ def _insert_boot(db: sqlite3.Connection, rec: BootObserved, index: int | None, a
     return int(cur.lastrowid or 0)
 
 
-def _known_boots(db: sqlite3.Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+def known_boots(db: sqlite3.Connection, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     values = ",".join("(?,?)" for _ in pairs)
     found = db.execute(
         f"WITH p(d, b) AS (VALUES {values}) SELECT p.d, p.b FROM p JOIN boots"

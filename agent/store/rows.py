@@ -8,13 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 from agent.core.contract import Delivery, Key, Rejection
-from agent.core.decide import Outcome
+from agent.core.decide import EventUpdate, Outcome
 
 EVENT_COLUMNS = (
     "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
     " first_arrival, last_arrival, first_arrival_id, identity_basis)"
 )
 EVENT_WIDTH = 11
+# A new canonical event with what later arrivals of the same batch add to it (`decide.EventUpdate`),
+# the values the UPDATE of the counts below would give it.
+COUNTED_EVENT_COLUMNS = (
+    "INSERT INTO events(source, transition_id, boot_id, device, source_ts, payload, payload_hash,"
+    " first_arrival, last_arrival, first_arrival_id, identity_basis, duplicate_count, conflict_count,"
+    " status)"
+)
+COUNTED_EVENT_WIDTH = 14
 ARRIVAL_COLUMNS = (
     "INSERT INTO arrivals(arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
     " receiver, payload_hash, decision, canonical_id, reason, flags, line, live, raw, identity_basis)"
@@ -49,6 +57,28 @@ def event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:
         item.arrival_at,
         arrival_id,
         str(item.basis),
+    )
+
+
+def counted_event_row(key: Key, item: Delivery, arrival_id: int, upd: EventUpdate | None) -> tuple[Any, ...]:
+    at = item.arrival_at
+    if upd is None:
+        return (*event_row(key, item, arrival_id), 0, 0, "Canonical")
+    return (
+        key.source,
+        key.transition_id,
+        key.boot_id,
+        key.device,
+        item.source_timestamp,
+        item.payload_json,
+        item.payload_hash,
+        min(at, upd.first_arrival),  # text: SQLite's min/max compare UTF-8 bytes, in code point order
+        max(at, upd.last_arrival),
+        arrival_id,
+        str(item.basis),
+        upd.later_arrivals,
+        upd.conflicts,
+        "DuplicateConflict" if upd.conflicts > 0 else "Canonical",
     )
 
 
