@@ -45,25 +45,21 @@ INSERT_OUTBOX = "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, created_at
 
 
 def event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:
-    return (
-        key.source,
-        key.transition_id,
-        key.boot_id,
-        key.device,
-        item.source_timestamp,
-        item.payload_json,
-        item.payload_hash,
-        item.arrival_at,
-        item.arrival_at,
-        arrival_id,
-        str(item.basis),
-    )
+    return _event_values(key, item, arrival_id, item.arrival_at, item.arrival_at)
 
 
 def counted_event_row(key: Key, item: Delivery, arrival_id: int, upd: EventUpdate | None) -> tuple[Any, ...]:
-    at = item.arrival_at
     if upd is None:
         return (*event_row(key, item, arrival_id), 0, 0, "Canonical")
+    at = item.arrival_at
+    # text: SQLite's min/max compare UTF-8 bytes, in code point order, as Python's do
+    values = _event_values(key, item, arrival_id, min(at, upd.first_arrival), max(at, upd.last_arrival))
+    status = "DuplicateConflict" if upd.conflicts > 0 else "Canonical"
+    return (*values, upd.later_arrivals, upd.conflicts, status)
+
+
+def _event_values(key: Key, item: Delivery, arrival_id: int, first: str, last: str) -> tuple[Any, ...]:
+    """The `EVENT_COLUMNS` values of a new canonical event, arrived first at `first`, last at `last`."""
     return (
         key.source,
         key.transition_id,
@@ -72,13 +68,10 @@ def counted_event_row(key: Key, item: Delivery, arrival_id: int, upd: EventUpdat
         item.source_timestamp,
         item.payload_json,
         item.payload_hash,
-        min(at, upd.first_arrival),  # text: SQLite's min/max compare UTF-8 bytes, in code point order
-        max(at, upd.last_arrival),
+        first,
+        last,
         arrival_id,
         str(item.basis),
-        upd.later_arrivals,
-        upd.conflicts,
-        "DuplicateConflict" if upd.conflicts > 0 else "Canonical",
     )
 
 
