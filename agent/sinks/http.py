@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from agent.config.upstreams import HttpUpstream
+from agent.core.contract import idempotency_key
 from agent.core.redact import mask_url, mask_url_text
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, classify_http, needs_split, retry
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body
@@ -39,10 +40,8 @@ log = logging.getLogger(__name__)
 def batch_idempotency_key(events: Sequence[Event]) -> str:
     if len(events) == 1:
         return events[0].idempotency_key
-    # Each event's key (`Event.idempotency_key`, written out here: one call per event less).
-    sha = hashlib.sha256
-    keys = [sha(f"{e.ce_source}\n{e.ce_id}".encode()).hexdigest() for e in events]
-    return sha("\n".join(keys).encode()).hexdigest()
+    key = idempotency_key  # each event's key, the contract's (as `Event.idempotency_key`)
+    return hashlib.sha256("\n".join([key(e.ce_source, e.ce_id) for e in events]).encode()).hexdigest()
 
 
 class HttpSink:

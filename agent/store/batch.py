@@ -93,11 +93,13 @@ def batch_boots(
     The sightings of the deliveries (each with its evidence, about 0.3 ms for a batch of 300
     pairs) are made only when the store does not know every (device, bootId) of the batch
     already, which is nearly always the case past a device's first batch."""
-    if not sightings:
-        pairs = decide.boot_pairs(items)
-        if not pairs or len(known_boots(db, list(pairs))) == len(pairs):
-            return []
-    return record_boots(db, [*sightings, *decide.sightings_of(items)], arrival_ids)
+    if sightings:
+        return record_boots(db, [*sightings, *decide.sightings_of(items)], arrival_ids)
+    pairs = decide.boot_pairs(items)  # the pairs sightings_of(items) would make sightings of
+    known = known_boots(db, list(pairs)) if pairs else set()
+    if len(known) == len(pairs):
+        return []
+    return record_boots(db, decide.sightings_of(items), arrival_ids, known)
 
 
 def queue_outbox(

@@ -21,13 +21,18 @@ log = logging.getLogger(__name__)
 
 
 def record_boots(
-    db: sqlite3.Connection, sightings: list[decide.BootSighting], arrival_ids: list[int]
+    db: sqlite3.Connection,
+    sightings: list[decide.BootSighting],
+    arrival_ids: list[int],
+    known: set[tuple[str, str]] | None = None,
 ) -> list[int]:
-    """BootObserved rows for the boots not seen before; returns their row ids."""
+    """BootObserved rows for the boots not seen before; returns their row ids. `known`: the
+    sightings' (device, bootId) pairs the store holds already, when the caller has read them."""
     if not sightings:
         return []
     pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
-    known = known_boots(db, pairs)
+    if known is None:
+        known = known_boots(db, pairs)
     if len(known) == len(pairs):
         return []
     devices = sorted({d for d, _ in pairs})

@@ -18,11 +18,13 @@ Acknowledgement boundaries
 
 How one batch is decided (a handful of SQLite calls, not one per delivery)
 --------------------------------------------------------------------------
-BEGIN IMMEDIATE; read the highest canonical id; `INSERT ... ON CONFLICT DO
-NOTHING` the first delivery of every key (the unique index arbitrates, also
-between processes); read back the canonical row of every key; classify in
-Python (`decide.classify`); insert every arrival; update counts of touched
-canonicals; write boots, pending and outbox rows; COMMIT. An existing key is
+BEGIN IMMEDIATE; read the highest canonical and arrival ids; look up the
+canonical row of every key the batch carries (one indexed look-up per key);
+classify in Python (`decide.classify`); `INSERT ... ON CONFLICT DO NOTHING` the
+first delivery of every new key, with what its later arrivals in the batch add
+(the unique index arbitrates: a key stored meanwhile fails the whole batch);
+insert every arrival; update the counts of canonicals stored before the batch;
+write boots, pending and outbox rows; COMMIT. An existing key is
 never an error, so a conflict never rolls back its arrival. All of it, BEGIN to
 COMMIT, is one call run on the connection's thread (one trip, not one per
 statement: each trip is a queue put, a future and a wake-up of the event loop).
