@@ -225,3 +225,42 @@ def test_close_stops_the_child_at_once(tmp_path: Path, monkeypatch: pytest.Monke
     with pytest.raises(StopIteration):
         next(ahead)
     ahead.close()  # again: nothing
+
+
+def test_on_one_core_the_file_is_parsed_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second process only helps beside this one; with one core it only adds its own work."""
+    path = tmp_path / "in.jsonl"
+    _write(path, 700)
+    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    ahead = ParsedAhead(path, batch_lines=64)
+    try:
+        got = []
+        for batch in ahead:
+            assert ahead.child_pid is None
+            got.append(batch)
+    finally:
+        ahead.close()
+    _same(got, list(read_batches(path, batch_lines=64)))
+
+
+def test_the_child_runs_nicer_than_the_importer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "in.jsonl"
+    _write(path, 30_000)
+    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
+    ahead = ParsedAhead(path, batch_lines=500)
+    try:
+        next(ahead)
+        pid = ahead.child_pid
+        assert pid is not None
+        want = min(19, os.nice(0) + parse_ahead.CHILD_NICE)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(f"/proc/{pid}/stat") as f:
+                nice = int(f.read().rsplit(")", 1)[1].split()[16])
+            if nice == want:
+                break
+            time.sleep(0.01)
+        assert nice == want
+    finally:
+        ahead.close()
