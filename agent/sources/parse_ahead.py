@@ -39,6 +39,7 @@ import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from operator import attrgetter
@@ -110,6 +111,7 @@ class ParsedAhead:
         self._after_line = 0  # the last line number handed out
         self._lock = threading.Lock()  # one __next__ at a time; close() waits for it
         self._closing = False
+        self._stderr: IO[bytes] | None = None
 
     @property
     def child_pid(self) -> int | None:
@@ -138,11 +140,14 @@ class ParsedAhead:
         assert self._file is not None
         fd = self._file.fileno()
         args = (str(fd), str(offset), str(first_line), self._who, str(self._batch_lines))
+        # Its stderr (a traceback, if it ever fails before it can send one) goes to a file, not a
+        # pipe: a pipe nobody reads could fill and stop the child.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _release)
         self._child = subprocess.Popen(
             [sys.executable, "-m", "agent.sources.parse_ahead", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self._stderr,
             pass_fds=(fd,),
             env=_child_env(),
         )
@@ -180,8 +185,14 @@ class ParsedAhead:
         if self._closing:  # stopped by close(): no more batches, no error
             self._release()
             raise StopIteration
+        if code == -signal.SIGINT:  # Ctrl-C reached the process group: stop as this process does
+            self._release()
+            raise KeyboardInterrupt
         if message is None:
-            said = child.stderr.read(4000).decode("utf-8", "replace").strip() if child.stderr else ""
+            said = ""
+            if self._stderr is not None:
+                self._stderr.seek(0)
+                said = self._stderr.read(4000).decode("utf-8", "replace").strip()
             how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
             message = how + (f": {said.splitlines()[-1]}" if said else "")
         self._release()
@@ -205,9 +216,11 @@ class ParsedAhead:
             if child.poll() is None:
                 child.kill()
             child.wait()
-            for stream in (child.stdout, child.stderr):
-                if stream is not None:
-                    stream.close()
+            if child.stdout is not None:
+                child.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
         self._here = None
         if self._file is not None:
             self._file.close()

@@ -264,3 +264,25 @@ def test_the_child_runs_nicer_than_the_importer(tmp_path: Path, monkeypatch: pyt
         assert nice == want
     finally:
         ahead.close()
+
+
+def test_a_child_stopped_by_ctrl_c_stops_the_import_as_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reaches the whole process group; if the parent sees its child end first, it stops
+    as at Ctrl-C (click: "Aborted!"), not as at a child that died."""
+    path = tmp_path / "in.jsonl"
+    _write(path, 30_000)
+    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
+    ahead = ParsedAhead(path, batch_lines=500)
+    try:
+        next(ahead)
+        pid = ahead.child_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGINT)
+        with pytest.raises(KeyboardInterrupt):
+            while True:
+                next(ahead)
+        assert _gone(pid)
+    finally:
+        ahead.close()
