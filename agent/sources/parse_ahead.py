@@ -143,14 +143,19 @@ class ParsedAhead:
         # Its stderr (a traceback, if it ever fails before it can send one) goes to a file, not a
         # pipe: a pipe nobody reads could fill and stop the child.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _release)
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "agent.sources.parse_ahead", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            pass_fds=(fd,),
-            env=_child_env(),
-        )
+        try:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "agent.sources.parse_ahead", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                pass_fds=(fd,),
+                env=_child_env(),
+            )
+        except OSError:  # no interpreter to start (an embedded or frozen build): parsed here
+            self._stderr.close()
+            self._stderr = None
+            return
         assert self._child.stdout is not None
         # A smaller pipe (not Linux, or a lower limit): the child waits for the reader more often.
         with contextlib.suppress(OSError, AttributeError):

@@ -286,3 +286,19 @@ def test_a_child_stopped_by_ctrl_c_stops_the_import_as_ctrl_c(
         assert _gone(pid)
     finally:
         ahead.close()
+
+
+def test_with_no_interpreter_to_start_the_file_is_parsed_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "in.jsonl"
+    _write(path, 700)
+    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    ahead = ParsedAhead(path, batch_lines=64)
+    try:
+        got = list(ahead)
+        assert ahead.child_pid is None
+    finally:
+        ahead.close()
+    _same(got, list(read_batches(path, batch_lines=64)))
