@@ -19,10 +19,11 @@ from typing import Any
 import click
 
 from agent.cli import progress, render
-from agent.cli.context import Context, run_async
+from agent.cli.context import EX_FAILURE, Context, run_async
 from agent.core.decide import Outcome
 from agent.core.wording import counted
-from agent.sources.importer import ImportBatch, read_batches
+from agent.sources.importer import ImportBatch
+from agent.sources.parse_ahead import ParsedAhead, ParseProcessError
 from agent.store import report
 from agent.store.reader import Reader
 from agent.store.store import Store
@@ -74,12 +75,16 @@ async def import_into(
     store: Store, file: str, receiver: str | None, as_json: bool, tally: ImportTally, bar: progress.Progress
 ) -> None:
     """Record the file batch by batch; a batch's results are printed only after its commit, while
-    the next batch is parsed (in a worker thread).
+    the next batch is taken (in a worker thread).
 
-    A batch is parsed only once the batch before it is committed, not while it is recorded: the
-    parse and the record's own Python work both hold the interpreter lock, and overlapping them
-    made the store's thread wait for the lock at each of its statements (an import took 3-5 %
-    more wall time and more CPU than with the two one after the other, 9 alternated rounds).
+    From the second batch on, a file larger than about a megabyte is parsed by a second process
+    (`agent.sources.parse_ahead`), a batch or two ahead, while this one records: on the second
+    core, without this process's interpreter lock. Here, a batch is taken (received from that
+    process and rebuilt, or parsed here) only once the batch before it is committed, not while
+    it is recorded: that work and the record's own Python work both hold the interpreter lock,
+    and overlapping them made the store's thread wait for the lock at each of its statements (an
+    import took 3-5 % more wall time and more CPU than with the two one after the other, 9
+    alternated rounds, when the parse ran here in a thread).
 
     While the parser holds the interpreter lock, the store's thread waits for the lock to change
     hands: at Python's default switch interval (5 ms) 800 such calls beside a busy thread took
@@ -91,7 +96,7 @@ async def import_into(
     lines, several of them full ones: 8-12 % of the import's CPU, found nothing to free. While
     the file is imported a young-generation collection waits for 10,000 (about 5 collections
     per 100,000 lines); garbage in cycles, if any, is still collected, 10,000 objects at most later."""
-    batches = iter(read_batches(file, receiver=receiver))
+    batches = ParsedAhead(file, receiver=receiver)
     loop = asyncio.get_running_loop()
     interval = sys.getswitchinterval()
     sys.setswitchinterval(IMPORT_SWITCH_INTERVAL_S)
@@ -105,6 +110,7 @@ async def import_into(
         tally.add(batch.lines, outcomes)
         bar(batch.bytes_read, batch.lines[-1])
 
+    parsing: asyncio.Future[ImportBatch | None] | None = None
     try:
         batch = await loop.run_in_executor(None, next, batches, None)
         while batch is not None:
@@ -114,6 +120,9 @@ async def import_into(
             report(batch, outcomes)
             batch = await parsing
     finally:
+        if parsing is not None:
+            parsing.cancel()  # printing failed (a closed stdout): its result is not wanted
+        batches.close()
         sys.setswitchinterval(interval)
         gc.set_threshold(*thresholds)
 
@@ -161,7 +170,11 @@ def import_cmd(
             bar.finish()
             await store.close()
 
-    run_async(go)
+    try:
+        run_async(go)
+    except ParseProcessError as exc:
+        click.echo(f"edge-agent: {exc}; every line before it is committed", err=True)
+        sys.exit(EX_FAILURE)
     if not as_json:
         for line in tally.lines(file):
             click.echo(line)

@@ -55,12 +55,13 @@ def read_batches(
 
 
 def _batches(
-    f: BinaryIO, who: str, clock: Callable[[], datetime], batch_lines: int
+    f: BinaryIO, who: str, clock: Callable[[], datetime], batch_lines: int, first_line: int = 1
 ) -> Iterator[tuple[list[Delivery | Rejection], list[int]]]:
+    """Parsed batches of the lines from `f`'s position on; that position's line is `first_line`."""
     batch: list[Delivery | Rejection] = []
     lines: list[int] = []
     arrival = ""
-    for line_no, raw in enumerate(f, 1):
+    for line_no, raw in enumerate(f, first_line):
         data = _strip(raw, line_no)
         if not data.strip():
             continue

@@ -1,11 +1,12 @@
-"""`import` parses a batch only once the batch before it is committed, and prints each batch's
-results after its commit (see `agent.cli.records.import_into`)."""
+"""`import` takes a batch (parses it, or receives it from the parsing process) only once the batch
+before it is committed, and prints each batch's results after its commit (see
+`agent.cli.records.import_into`)."""
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from agent.cli import records
 from agent.cli.progress import Progress
 from agent.cli.records import ImportTally, import_into
 from agent.core import decide
-from agent.sources.importer import ImportBatch, read_batches
+from agent.sources.importer import ImportBatch
+from agent.sources.parse_ahead import ParsedAhead
 from agent.store.store import Store
 
 
@@ -31,16 +33,20 @@ async def test_a_batch_is_parsed_after_the_one_before_is_committed(
     )
     log: list[str] = []
 
-    def small_batches(file: str, *, receiver: str | None = None) -> Iterator[ImportBatch]:
-        for batch in read_batches(file, receiver=receiver, batch_lines=2):
+    class SmallBatches(ParsedAhead):
+        def __init__(self, file: str, *, receiver: str | None = None) -> None:
+            super().__init__(file, receiver=receiver, batch_lines=2)
+
+        def __next__(self) -> ImportBatch:
+            batch = super().__next__()
             log.append(f"parsed {batch.lines[0]}")
-            yield batch
+            return batch
 
     class Printing(Progress):
         def __call__(self, done: int, count: int) -> None:
             log.append(f"printed {count}")
 
-    monkeypatch.setattr(records, "read_batches", small_batches)
+    monkeypatch.setattr(records, "ParsedAhead", SmallBatches)
     store = await Store.open(str(tmp_path / "s.db"))
     record = store.record
 
