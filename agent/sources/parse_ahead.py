@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import inspect
 import marshal
 import os
 import signal
@@ -55,25 +56,13 @@ _HEADER = struct.Struct("<Q")
 CHILD_NICE = 10  # see the module's docstring
 _GC_THRESHOLD = 10_000  # as `import_into` sets it in the parent
 
-# `imported_delivery`'s arguments, in its order: what a parsed line's Delivery is made of (the
-# rest of its slots are the same for every line of a file: live, basis counter, no via).
-_DELIVERY_WIRE = attrgetter(
-    "source",
-    "transition_id",
-    "boot_id",
-    "source_timestamp",
-    "arrival_at",
-    "payload",
-    "payload_hash",
-    "raw",
-    "receiver",
-    "line",
-    "missing",
-    "evidence",
-    "payload_json",
-)
+# `imported_delivery`'s arguments, in its order (read off its signature, so the two cannot drift):
+# what a parsed line's Delivery is made of (the rest of its slots are the same for every line of a
+# file: live, basis counter, no via).
+_DELIVERY_ARGS = tuple(inspect.signature(imported_delivery).parameters)
+_DELIVERY_WIRE = attrgetter(*_DELIVERY_ARGS)
 _REJECTION_WIRE = attrgetter("raw", "reason", "arrival_at", "receiver", "line")
-_DELIVERY_FIELDS = 13
+_DELIVERY_FIELDS = len(_DELIVERY_ARGS)
 
 
 class ParseProcessError(Exception):

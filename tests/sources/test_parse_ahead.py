@@ -4,6 +4,7 @@ that dies or fails named, and `close()` leaves no process behind. Real files, re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -125,15 +127,7 @@ def test_a_small_file_is_parsed_here(tmp_path: Path) -> None:
     path = tmp_path / "in.jsonl"
     _write(path, 700)
     assert path.stat().st_size < parse_ahead.AHEAD_MIN_BYTES
-    ahead = ParsedAhead(path, batch_lines=64)
-    try:
-        got = []
-        for batch in ahead:
-            assert ahead.child_pid is None
-            got.append(batch)
-    finally:
-        ahead.close()
-    _same(got, list(read_batches(path, batch_lines=64)))
+    _assert_parsed_here(path)
 
 
 def test_lines_without_arrival_at_get_the_childs_clock(
@@ -233,26 +227,11 @@ def test_on_one_core_the_file_is_parsed_here(tmp_path: Path, monkeypatch: pytest
     _write(path, 700)
     monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    ahead = ParsedAhead(path, batch_lines=64)
-    try:
-        got = []
-        for batch in ahead:
-            assert ahead.child_pid is None
-            got.append(batch)
-    finally:
-        ahead.close()
-    _same(got, list(read_batches(path, batch_lines=64)))
+    _assert_parsed_here(path)
 
 
 def test_the_child_runs_nicer_than_the_importer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "in.jsonl"
-    _write(path, 30_000)
-    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
-    ahead = ParsedAhead(path, batch_lines=500)
-    try:
-        next(ahead)
-        pid = ahead.child_pid
-        assert pid is not None
+    with _child_running(tmp_path, monkeypatch) as (_, pid):
         want = min(19, os.nice(0) + parse_ahead.CHILD_NICE)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -262,8 +241,6 @@ def test_the_child_runs_nicer_than_the_importer(tmp_path: Path, monkeypatch: pyt
                 break
             time.sleep(0.01)
         assert nice == want
-    finally:
-        ahead.close()
 
 
 def test_a_child_stopped_by_ctrl_c_stops_the_import_as_ctrl_c(
@@ -271,21 +248,12 @@ def test_a_child_stopped_by_ctrl_c_stops_the_import_as_ctrl_c(
 ) -> None:
     """Ctrl-C reaches the whole process group; if the parent sees its child end first, it stops
     as at Ctrl-C (click: "Aborted!"), not as at a child that died."""
-    path = tmp_path / "in.jsonl"
-    _write(path, 30_000)
-    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
-    ahead = ParsedAhead(path, batch_lines=500)
-    try:
-        next(ahead)
-        pid = ahead.child_pid
-        assert pid is not None
+    with _child_running(tmp_path, monkeypatch) as (ahead, pid):
         os.kill(pid, signal.SIGINT)
         with pytest.raises(KeyboardInterrupt):
             while True:
                 next(ahead)
         assert _gone(pid)
-    finally:
-        ahead.close()
 
 
 def test_with_no_interpreter_to_start_the_file_is_parsed_here(
@@ -302,3 +270,32 @@ def test_with_no_interpreter_to_start_the_file_is_parsed_here(
     finally:
         ahead.close()
     _same(got, list(read_batches(path, batch_lines=64)))
+
+
+def _assert_parsed_here(path: Path) -> None:
+    """Every batch parsed in this process (no child ever), the same as `read_batches`'."""
+    ahead = ParsedAhead(path, batch_lines=64)
+    try:
+        got = []
+        for batch in ahead:
+            assert ahead.child_pid is None
+            got.append(batch)
+    finally:
+        ahead.close()
+    _same(got, list(read_batches(path, batch_lines=64)))
+
+
+@contextlib.contextmanager
+def _child_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ParsedAhead, int]]:
+    """A 30,000-line file being parsed by a child (its first batch taken here), and the child's pid."""
+    path = tmp_path / "in.jsonl"
+    _write(path, 30_000)
+    monkeypatch.setattr(parse_ahead, "AHEAD_MIN_BYTES", 0)
+    ahead = ParsedAhead(path, batch_lines=500)
+    try:
+        next(ahead)
+        pid = ahead.child_pid
+        assert pid is not None
+        yield ahead, pid
+    finally:
+        ahead.close()
