@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sqlite3
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, overload
@@ -39,7 +41,7 @@ import aiosqlite
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered
-from agent.store.connection import WriterConnection
+from agent.store.connection import WriterConnection, on_thread
 
 # The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
 # transition's record (most rows) by primary key in the same statement; the other kinds'
@@ -61,6 +63,12 @@ _RECORDS = {
     " receiver, raw, identity_basis FROM arrivals WHERE arrival_id IN (SELECT value FROM json_each(?))",
 }
 _TABLE_OF = {"gap": "anomaly"}  # gaps and anomalies are both rows of `anomalies`
+
+_DELIVERED = (
+    "UPDATE outbox SET state = 'delivered', sent_at = ?"
+    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'"
+)
+HANDOFF_S = 0.005  # at most this long the event loop waits for the settle's first statement to begin
 
 MAX_ERROR_CHARS = 500
 
@@ -152,10 +160,15 @@ class Outbox:
                     rows, records = await self._read_rows(upstream, limit, after)
                     # The outcomes are written on the store's thread while the rows read become
                     # entries here (the task's first statement is queued before they are built).
-                    settling = asyncio.ensure_future(self._settle(results, now))
+                    started = threading.Event()
+                    settling = asyncio.ensure_future(self._settle(results, now, started))
                     try:
                         await asyncio.sleep(0)
                         entries = Claimed(rows, records)
+                        # The interpreter lock handed to the store's thread until its first statement
+                        # has begun (it lets the lock go while SQLite steps): else it waits for the
+                        # lock until the rows are encoded, the loop taking it back at every turn.
+                        started.wait(HANDOFF_S)
                         del rows, records
                         read.set_result(entries)
                     finally:
@@ -217,8 +230,9 @@ class Outbox:
             (upstream, first, last),
         )
 
-    async def _settle(self, results: Results, now: str) -> None:
-        """Inside the lock and a transaction: write each row's outcome."""
+    async def _settle(self, results: Results, now: str, started: threading.Event | None = None) -> None:
+        """Inside the lock and a transaction: write each row's outcome. `started` is set once the
+        first statement has begun on the store's thread (or when there is none)."""
         if isinstance(results, BatchOutcomes):
             ids, outcomes = results
         else:
@@ -234,11 +248,16 @@ class Outbox:
             retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
         db = self.store.db
         if delivered:
-            await db.execute(
-                "UPDATE outbox SET state = 'delivered', sent_at = ?"
-                " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-                (now, _ids(delivered)),
-            )
+            params = (now, _ids(delivered))
+
+            def deliver(conn: sqlite3.Connection) -> None:
+                if started is not None:
+                    started.set()
+                conn.execute(_DELIVERED, params)
+
+            await on_thread(db, deliver)
+        elif started is not None:
+            started.set()
         if refused:
             await db.executemany(
                 "UPDATE outbox SET state = 'rejected', last_error = ?"
