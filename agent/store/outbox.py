@@ -251,9 +251,16 @@ class Outbox:
             params = (now, _ids(delivered))
 
             def deliver(conn: sqlite3.Connection) -> None:
-                if started is not None:
+                if started is None:
+                    conn.execute(_DELIVERED, params)
+                    return
+                # Set from inside SQLite's step, once the statement runs (without the lock).
+                conn.set_trace_callback(lambda _: started.set())
+                try:
+                    conn.execute(_DELIVERED, params)
+                finally:
+                    conn.set_trace_callback(None)
                     started.set()
-                conn.execute(_DELIVERED, params)
 
             await on_thread(db, deliver)
         elif started is not None:
