@@ -231,10 +231,6 @@ class Forwarder:
                         continue
                 append(event)
         flight.slots = [i for i, oc in enumerate(outcomes) if oc is None] if refused else list(range(n))
-        prepare = getattr(self.sink, "prepare", None)  # what the sink makes per batch before sending
-        if prepare is not None and events:
-            await asyncio.sleep(0)
-            flight.events = await prepare(events)
         return flight
 
     def _launch(self, flight: _Flight, before: _Flight | None) -> _Flight:

@@ -20,7 +20,6 @@ credential is picked up without a restart.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -45,17 +44,6 @@ def batch_idempotency_key(events: Sequence[Event]) -> str:
     return hashlib.sha256("\n".join([key(e.ce_source, e.ce_id) for e in events]).encode()).hexdigest()
 
 
-class Prepared(list[Event]):
-    """Events with the Idempotency-Key of each `batch_size` request already made
-    (`HttpSink.prepare`), by the offset of the request's first event."""
-
-    __slots__ = ("keys",)
-
-    def __init__(self, events: list[Event]) -> None:
-        super().__init__(events)
-        self.keys: dict[int, str] = {}
-
-
 class HttpSink:
     """A `Sink` posting CloudEvents batches to one HTTP(S) endpoint."""
 
@@ -69,26 +57,11 @@ class HttpSink:
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
 
-    async def prepare(self, events: list[Event]) -> Prepared:
-        """`events` with each request's Idempotency-Key made now (what `publish` would make for
-        each `batch_size` request before it sends it: one SHA-256 per event), so that
-        `publish(prepared)` does not: the forwarder prepares a batch while the store's thread
-        writes, not while the requests go out beside the next rows' read. (The bodies are made
-        when sent: made here, a batch's bodies would be held twice as long.)"""
-        prepared = Prepared(events)
-        keys, size = prepared.keys, self.settings.batch_size
-        for start in range(0, len(events), size):
-            if start:
-                await asyncio.sleep(0)
-            keys[start] = batch_idempotency_key(events[start : start + size])
-        return prepared
-
     async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
         out: list[SendOutcome] = []
         size = self.settings.batch_size
-        keys = events.keys if isinstance(events, Prepared) else {}
         for start in range(0, len(events), size):
-            outcomes = await self._post_split(events[start : start + size], keys.get(start))
+            outcomes = await self._post_split(events[start : start + size])
             out.extend(outcomes)
             if all_delivered(outcomes):
                 continue
@@ -104,8 +77,8 @@ class HttpSink:
             session, self._session = self._session, None
             await session.close()
 
-    async def _post_split(self, events: Sequence[Event], key: str | None = None) -> list[SendOutcome]:
-        oc = await self._post(events, key)
+    async def _post_split(self, events: Sequence[Event]) -> list[SendOutcome]:
+        oc = await self._post(events)
         if not needs_split(oc, len(events)):
             return [oc] * len(events)
         half = len(events) // 2
@@ -115,12 +88,9 @@ class HttpSink:
             return left + [failed] * (len(events) - half)
         return left + await self._post_split(events[half:])
 
-    async def _post(self, events: Sequence[Event], key: str | None = None) -> SendOutcome:
-        """One request of `events`; `key`: its Idempotency-Key, made by `prepare`."""
+    async def _post(self, events: Sequence[Event]) -> SendOutcome:
         s = self.settings
-        if key is None:
-            key = batch_idempotency_key(events)
-        headers = {"Content-Type": BATCH_CONTENT_TYPE, "Idempotency-Key": key}
+        headers = {"Content-Type": BATCH_CONTENT_TYPE, "Idempotency-Key": batch_idempotency_key(events)}
         try:
             if s.token_file is not None:
                 headers["Authorization"] = f"Bearer {read_secret(s.token_file)}"

@@ -1,7 +1,6 @@
 """The forwarder's encode of claimed rows (a transition from its row, every other row from its
 entry) against `encode()` over the same stored rows' entries, on a real SQLite file: the same
-events and bytes, the same refusals; and the HTTP sink's keys made ahead are the ones it makes
-when it sends."""
+events and bytes, the same refusals."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.service.forwarder import Forwarder
 from agent.sinks.encode import EncodeError, Event, encode
-from agent.sinks.http import HttpSink, Prepared, batch_idempotency_key
 from agent.store.store import Store
 
 SITE, GW, UP = "plant-1", "gw-test", "central"
@@ -92,19 +90,3 @@ async def test_the_forwarder_encodes_every_stored_row_as_encode_does(tmp_path: P
     assert len(refused) == 3  # the three records that are gone, dead-lettered with encode()'s reason
     assert {e.kind for e in entries} == {"transition", "boot_observed", "gap"}
     assert sum(1 for ev in expected if ev.ce_id.startswith("B%2017")) == 1
-
-
-async def test_the_keys_the_http_sink_makes_ahead_are_the_keys_it_makes_when_it_sends() -> None:
-    sink = HttpSink(HttpUpstream(UP, "http://127.0.0.1:9", batch_size=4))
-    events = [
-        Event(n, f"plant-1/P-{n % 3}/Trip", f"B17:{n}", "t", "transition", "P", "Trip", b"{}")
-        for n in range(10)
-    ]
-    prepared = await sink.prepare(events)
-    assert isinstance(prepared, Prepared) and prepared == events
-    assert prepared.keys == {
-        0: batch_idempotency_key(events[0:4]),
-        4: batch_idempotency_key(events[4:8]),
-        8: batch_idempotency_key(events[8:10]),
-    }
-    await sink.close()
