@@ -225,9 +225,6 @@ def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, repla
     )
 
 
-encode_transition_fast = _transition_fast  # for the forwarder's loop: no keyword handling per event
-
-
 _TRANSITION_HEAD_MAX = 4096  # per-source parts kept by one row encoder (a gateway has a few hundred)
 
 
