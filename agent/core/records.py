@@ -10,9 +10,17 @@ the encoder can splice them into the event without parsing them again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 KINDS = ("transition", "boot_observed", "gap", "anomaly", "identity_incomplete")
+
+# One claimed outbox row of a transition as the store reads it (`agent.store.outbox.Claimed.rows`)
+# and the encoder takes it (`agent.sinks.encode.transition_row_encoder`), for the common row of a
+# backlog drain, which needs no Entry or Transition built: (outbox_id, kind, attempts (as stored,
+# before this attempt), ref_id, source, transition_id, boot_id, source_ts, payload, first_arrival,
+# basis), where kind is None for a transition and basis None for "counter" (the values SQLite
+# would otherwise turn into a new string per row), and source is None when the record is gone.
+TransitionRow = tuple[Any, ...]
 
 
 class Transition(NamedTuple):

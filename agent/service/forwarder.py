@@ -45,15 +45,14 @@ from typing import assert_never
 from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
 from agent.core.contract import format_timestamp
 from agent.core.errors import StoreError
-from agent.core.records import Entry, Transition
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, rejected, retry
 from agent.core.wording import counted
 from agent.sinks.base import Sink
-from agent.sinks.encode import EncodeError, Event, encode, encode_transition_fast
+from agent.sinks.encode import EncodeError, Event, encode, transition_row_encoder
 from agent.sinks.http import HttpSink
 from agent.sinks.mqtt import MqttSink
-from agent.store.outbox import BatchOutcomes
+from agent.store.outbox import BatchOutcomes, Claimed
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -135,6 +134,7 @@ class Forwarder:
         self._replay_until = 0
         self._outage = False
         self.started = asyncio.Event()  # set once the backlog mark is taken and forwarding begins
+        self._encode_row = transition_row_encoder(site, gateway)
 
     def wake(self) -> None:
         """Tell the forwarder new rows were committed (it also polls every `idle_poll_s`)."""
@@ -154,14 +154,14 @@ class Forwarder:
             while not drain.over():
                 if len(ahead) < PIPELINE_DEPTH and not claimed_none:
                     try:
-                        entries = await self.outbox.claim(name, self.upstream.read_size, after=after)
+                        entries = await self.outbox.claim_rows(name, self.upstream.read_size, after=after)
                     except StoreError as exc:
                         if not ahead:
                             await self._store_trouble(exc, stop)
                             continue
-                        entries = []  # settle what is in flight first
+                        entries = Claimed([], {})  # settle what is in flight first
                     if entries:
-                        after = entries[-1].outbox_id
+                        after = entries.rows[-1][0]
                         flight = await self._encode(entries)
                         del entries
                         ahead.append(self._launch(flight, ahead[-1] if ahead else None))
@@ -195,36 +195,41 @@ class Forwarder:
             await asyncio.gather(*(f.task for f in ahead if f.task is not None), return_exceptions=True)
         log.info("forwarder stopped upstream=%s", name)
 
-    async def _encode(self, entries: Sequence[Entry]) -> _Flight:
+    async def _encode(self, entries: Claimed) -> _Flight:
         """Encode claimed rows into a batch (nothing sent yet). Yields to the loop every
         `ENCODE_SLICE` rows, so the store's statements of a settle running meanwhile (on its own
-        thread) go on while this runs."""
-        n = len(entries)
-        flight = _Flight([], [None] * n, [], [], None)
+        thread) go on while this runs. A transition of claimed rows (`Claimed`) is encoded from its
+        row; its entry is built only when its row is not in the common form, and every other
+        row's is."""
+        rows = entries.rows
+        n = len(rows)
+        flight = _Flight([r[0] for r in rows], [None] * n, [], [], None)
         events, outcomes = flight.events, flight.outcomes
-        append, add_id = events.append, flight.ids.append
+        append = events.append
         outage, until = self._outage, self._replay_until
         site, gateway, store_id = self.site, self.gateway, self.store_id
-        fast = encode_transition_fast
+        fast, entry_of = self._encode_row, entries.entry
         refused = False
         # Every row of the batch waited in the backlog (or the upstream was out): all replayed.
-        all_replayed = outage or (n > 0 and entries[-1].outbox_id <= until)
-        for i, entry in enumerate(entries):
-            if i and not i % ENCODE_SLICE:
+        all_replayed = outage or (n > 0 and rows[-1][0] <= until)
+        for start in range(0, n, ENCODE_SLICE):
+            if start:
                 await asyncio.sleep(0)
-            oid = entry.outbox_id
-            add_id(oid)
-            replayed = all_replayed or entry.attempt > 1 or oid <= until
-            rec = entry.record
-            event = fast(entry, rec, site, gateway, replayed) if type(rec) is Transition else None
-            if event is None:
-                try:
-                    event = encode(entry, site=site, gateway=gateway, replayed=replayed, store_id=store_id)
-                except EncodeError as exc:
-                    outcomes[i] = rejected(str(exc))
-                    refused = True
-                    continue
-            append(event)
+            for i in range(start, min(n, start + ENCODE_SLICE)):
+                r = rows[i]
+                replayed = all_replayed or r[2] > 0 or r[0] <= until  # attempts as stored: > 0 is a resend
+                # A transition (kind None) whose record is there: from its row, when in the common form.
+                event = fast(r, replayed) if r[1] is None and r[4] is not None else None
+                if event is None:
+                    try:
+                        event = encode(
+                            entry_of(r), site=site, gateway=gateway, replayed=replayed, store_id=store_id
+                        )
+                    except EncodeError as exc:
+                        outcomes[i] = rejected(str(exc))
+                        refused = True
+                        continue
+                append(event)
         flight.slots = [i for i, oc in enumerate(outcomes) if oc is None] if refused else list(range(n))
         return flight
 

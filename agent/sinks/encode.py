@@ -29,13 +29,21 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from agent.core import contract
 from agent.core.contract import Key, channel_of, device_of, pct
-from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
+from agent.core.records import (
+    BootObserved,
+    ChannelAnomaly,
+    Entry,
+    IdentityIncomplete,
+    Transition,
+    TransitionRow,
+)
 
 SPECVERSION = "1.0"
 EVENT_CONTENT_TYPE = "application/cloudevents+json"
@@ -217,7 +225,82 @@ def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, repla
     )
 
 
-encode_transition_fast = _transition_fast  # for the forwarder's loop: no keyword handling per event
+_TRANSITION_HEAD_MAX = 4096  # per-source parts kept by one row encoder (a gateway has a few hundred)
+
+
+def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, bool], Event | None]:
+    """`encode(row, replayed)`: the event of one stored transition straight from its claimed row
+    (`agent.core.records.TransitionRow`, no Entry or Transition built for it), the same Event and
+    bytes as `encode()` over the row's entry; None when the row is not in the common form (a value
+    that needs JSON escaping, a site outside the contract), so the caller builds the entry and
+    encodes it with `encode()`, which writes it or says why not. The row must be a transition
+    whose record is there (its `source` not None).
+
+    The parts that depend only on the source are kept per source (and this site and gateway)."""
+    heads: dict[str, tuple[str, str, str, str] | None] = {}
+    typ, kind = contract.TRANSITION_TYPE, "transition"
+    # The body's fixed text: before the id; from the id's end to the source; after the basis.
+    pre = f'{{"specversion":"{SPECVERSION}","id":"'
+    mid = ',"datacontenttype":"application/json","bootid":"'
+    gw = f',"gateway":{_q(gateway)},"attempt":'
+    first = (f'{gw}1,"replayed":false,"data":', f'{gw}1,"replayed":true,"data":')  # attempt 1
+    new, unreserved = _new, _UNRESERVED.fullmatch
+
+    def head(source: str) -> tuple[str, str, str, str] | None:
+        try:
+            ce_source = contract.ce_source(site, source)
+        except contract.ContractError:
+            return None
+        if len(heads) >= _TRANSITION_HEAD_MAX:
+            heads.clear()
+        after_id = f'","source":{_q(ce_source)},"type":"{typ}"'
+        got = heads[source] = (ce_source, device_of(source), channel_of(source) or NO_CHANNEL, after_id)
+        return got
+
+    def encode_row(r: TransitionRow, replayed: bool) -> Event | None:
+        oid, _, attempts, _, source, tid, boot, ts, payload, arrival, basis = r
+        if basis is None:
+            basis = "counter"
+        if not (type(boot) is type(tid) is type(arrival) is type(basis) is str):
+            return None
+        if ts is None:
+            plain = f"{boot}{tid}{arrival}{basis}"
+        elif type(ts) is str:
+            plain = f"{boot}{tid}{arrival}{basis}{ts}"
+        else:
+            return None
+        # As in `_transition_fast`: every one of these goes between quotes unescaped.
+        if not plain.isprintable() or '"' in plain or "\\" in plain:
+            return None
+        parts = heads.get(source)
+        if parts is None:
+            parts = head(source)
+            if parts is None:
+                return None
+        ce_source, device, channel, after_id = parts
+        both = f"{boot}{tid}"
+        if (both.isascii() and both.isalnum()) or unreserved(both):
+            ce_id = f"{boot}:{tid}"
+        else:
+            ce_id = f"{pct(boot)}:{pct(tid)}"
+        tail = (
+            first[replayed]
+            if attempts == 0
+            else f'{gw}{int(attempts) + 1},"replayed":{"true" if replayed else "false"},"data":'
+        )
+        if ts is None:
+            body = (
+                f'{pre}{ce_id}{after_id}{mid}{boot}","transitionid":"{tid}","arrivalat":"{arrival}",'
+                f'"identitybasis":"{basis}"{tail}{payload}}}'
+            )
+        else:
+            body = (
+                f'{pre}{ce_id}{after_id},"time":"{ts}"{mid}{boot}","transitionid":"{tid}","arrivalat":"{arrival}",'
+                f'"identitybasis":"{basis}"{tail}{payload}}}'
+            )
+        return new(Event, (oid, ce_source, ce_id, typ, kind, device, channel, body.encode()))
+
+    return encode_row
 
 
 _new = tuple.__new__  # a named tuple from its values, without the per-call keyword handling

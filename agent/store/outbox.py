@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sqlite3
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, overload
@@ -39,14 +41,16 @@ import aiosqlite
 
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered
-from agent.store.connection import WriterConnection
+from agent.store.connection import WriterConnection, on_thread
 
 # The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
 # transition's record (most rows) by primary key in the same statement; the other kinds'
 # records by primary key in one statement per kind (no join probing four tables per row).
+# A transition's kind and the identity basis `counter` (the common row) come back as NULL: None,
+# not a new string per row (`agent.core.records.TransitionRow`).
 _HEAD = (
-    "SELECT o.outbox_id, o.kind, o.attempts, o.ref_id, e.source,"
-    " e.transition_id, e.boot_id, e.source_ts, e.payload, e.first_arrival, e.identity_basis"
+    "SELECT o.outbox_id, NULLIF(o.kind, 'transition'), o.attempts, o.ref_id, e.source, e.transition_id,"
+    " e.boot_id, e.source_ts, e.payload, e.first_arrival, NULLIF(e.identity_basis, 'counter')"
     " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
     " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
 )
@@ -59,6 +63,12 @@ _RECORDS = {
     " receiver, raw, identity_basis FROM arrivals WHERE arrival_id IN (SELECT value FROM json_each(?))",
 }
 _TABLE_OF = {"gap": "anomaly"}  # gaps and anomalies are both rows of `anomalies`
+
+_DELIVERED = (
+    "UPDATE outbox SET state = 'delivered', sent_at = ?"
+    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'"
+)
+HANDOFF_S = 0.005  # at most this long the event loop waits for the settle's first statement to begin
 
 MAX_ERROR_CHARS = 500
 
@@ -102,13 +112,18 @@ class Outbox:
         """The first `limit` pending rows of `upstream` after outbox id `after`, in insertion order,
         with `attempts + 1` committed. `after` lets a forwarder claim the next rows while the rows
         it claimed before are still in flight (and so still pending)."""
+        return list(await self.claim_rows(upstream, limit, after=after))
+
+    async def claim_rows(self, upstream: str, limit: int, *, after: int = 0) -> Claimed:
+        """`claim()`, its entries as `Claimed` (each built when asked for; the rows themselves for
+        the forwarder's encoder)."""
         store = self.store
         async with store.lock:
-            entries = await self._read(upstream, limit, after)
-            if entries:
+            rows, records = await self._read_rows(upstream, limit, after)
+            if rows:
                 async with store.transaction():
-                    await self._count_attempts(entries)
-        return entries
+                    await self._count_attempts(list(map(_first, rows)))
+        return Claimed(rows, records)
 
     async def settle(self, results: Results, now: str) -> None:
         """Record the outcome of every (outbox_id, outcome) of one batch in one transaction.
@@ -125,8 +140,8 @@ class Outbox:
         limit: int,
         *,
         after: int,
-        prepare: Callable[[Sequence[Entry]], Awaitable[T]] | None = None,
-    ) -> tuple[Sequence[Entry], T | None]:
+        prepare: Callable[[Claimed], Awaitable[T]] | None = None,
+    ) -> tuple[Claimed, T | None]:
         """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
         (one commit instead of two per batch: on an error neither is committed), and
         `await prepare(entries)` on the next rows while the outcomes and
@@ -138,17 +153,22 @@ class Outbox:
         else the store's statements wait for it."""
         store = self.store
         async with store.lock:
-            read: asyncio.Future[Sequence[Entry]] = asyncio.get_running_loop().create_future()
+            read: asyncio.Future[Claimed] = asyncio.get_running_loop().create_future()
 
             async def write() -> None:
                 async with store.transaction():
                     rows, records = await self._read_rows(upstream, limit, after)
                     # The outcomes are written on the store's thread while the rows read become
                     # entries here (the task's first statement is queued before they are built).
-                    settling = asyncio.ensure_future(self._settle(results, now))
+                    started = threading.Event()
+                    settling = asyncio.ensure_future(self._settle(results, now, started))
                     try:
                         await asyncio.sleep(0)
                         entries = Claimed(rows, records)
+                        # The interpreter lock handed to the store's thread until its first statement
+                        # has begun (it lets the lock go while SQLite steps): else it waits for the
+                        # lock until the rows are encoded, the loop taking it back at every turn.
+                        started.wait(HANDOFF_S)
                         del rows, records
                         read.set_result(entries)
                     finally:
@@ -173,12 +193,6 @@ class Outbox:
             task.result()  # the store's error, if any: then nothing of this is committed
             return read.result(), prepared
 
-    async def _read(self, upstream: str, limit: int, after: int) -> list[Entry]:
-        """Inside the lock: the queue head's entries (attempt numbers as they will be once their
-        attempts are counted and committed). The rows themselves are let go here."""
-        rows, records = await self._read_rows(upstream, limit, after)
-        return list(Claimed(rows, records))
-
     async def _read_rows(
         self, upstream: str, limit: int, after: int
     ) -> tuple[list[Any], dict[str, dict[int, Any]]]:
@@ -187,11 +201,11 @@ class Outbox:
         db = self.store.db
         rows = list(await db.execute_fetchall(_HEAD, (upstream, after, limit)))
         records: dict[str, dict[int, Any]] = {}
-        if not rows or set(map(_second, rows)) == {"transition"}:  # the common read: all transitions
+        if not rows or set(map(_second, rows)) == {None}:  # the common read: all transitions
             return rows, records
         wanted: dict[str, list[int]] = {}
         for r in rows:
-            if r[1] != "transition":
+            if r[1] is not None:
                 wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[3])
         for table, refs in wanted.items():
             sql = _RECORDS.get(table)
@@ -199,12 +213,12 @@ class Outbox:
             records[table] = {rec[0]: rec for rec in found}
         return rows, records
 
-    async def _count_attempts(self, entries: Sequence[Entry]) -> None:
-        """Inside the lock and a transaction: `attempts + 1` for the rows read."""
+    async def _count_attempts(self, ids: list[int]) -> None:
+        """Inside the lock and a transaction: `attempts + 1` for the rows read (their outbox ids)."""
         await self.store.db.execute(
             "UPDATE outbox SET attempts = attempts + 1"
             " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-            (_ids(list(map(_first, entries))),),
+            (_ids(ids),),
         )
 
     async def _count_attempts_range(self, upstream: str, first: int, last: int) -> None:
@@ -216,8 +230,9 @@ class Outbox:
             (upstream, first, last),
         )
 
-    async def _settle(self, results: Results, now: str) -> None:
-        """Inside the lock and a transaction: write each row's outcome."""
+    async def _settle(self, results: Results, now: str, started: threading.Event | None = None) -> None:
+        """Inside the lock and a transaction: write each row's outcome. `started` is set once the
+        first statement has begun on the store's thread (or when there is none)."""
         if isinstance(results, BatchOutcomes):
             ids, outcomes = results
         else:
@@ -233,11 +248,23 @@ class Outbox:
             retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
         db = self.store.db
         if delivered:
-            await db.execute(
-                "UPDATE outbox SET state = 'delivered', sent_at = ?"
-                " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-                (now, _ids(delivered)),
-            )
+            params = (now, _ids(delivered))
+
+            def deliver(conn: sqlite3.Connection) -> None:
+                if started is None:
+                    conn.execute(_DELIVERED, params)
+                    return
+                # Set from inside SQLite's step, once the statement runs (without the lock).
+                conn.set_trace_callback(lambda _: started.set())
+                try:
+                    conn.execute(_DELIVERED, params)
+                finally:
+                    conn.set_trace_callback(None)
+                    started.set()
+
+            await on_thread(db, deliver)
+        elif started is not None:
+            started.set()
         if refused:
             await db.executemany(
                 "UPDATE outbox SET state = 'rejected', last_error = ?"
@@ -366,13 +393,21 @@ class Claimed(Sequence[Entry]):
     on; NULL when it is gone), the other kinds' in `records` by table and id. Iterated once (the
     forwarder's encoder), each entry can go as soon as it is encoded: the rows are plain tuples,
     which the garbage collector stops tracking, where a batch's entries and records held at once
-    are thousands of named tuples it goes over at every collection while they live."""
+    are thousands of named tuples it goes over at every collection while they live.
+
+    `rows` are the head query's rows themselves: a transition's row is an
+    `agent.core.records.TransitionRow` (kind None), which the forwarder encodes without building
+    its entry; `entry(row)` is the entry of any of them."""
 
     __slots__ = ("_records", "_rows")
 
     def __init__(self, rows: list[Any], records: dict[str, dict[int, Any]]) -> None:
         self._rows = rows
         self._records = records
+
+    @property
+    def rows(self) -> list[Any]:
+        return self._rows
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -383,19 +418,24 @@ class Claimed(Sequence[Entry]):
     def __getitem__(self, i: slice) -> list[Entry]: ...
     def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
         if isinstance(i, slice):
-            return list(Claimed(self._rows[i], self._records))
-        return next(iter(Claimed([self._rows[i]], self._records)))
+            return list(map(self.entry, self._rows[i]))
+        return self.entry(self._rows[i])
 
     def __iter__(self) -> Iterator[Entry]:
-        records = self._records
+        return map(self.entry, self._rows)
+
+    def entry(self, r: Any) -> Entry:
+        """The entry of one of `rows`."""
+        kind = r[1]
         new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
-        for r in self._rows:
-            kind = r[1]
-            if kind == "transition":
-                rec = None if r[4] is None else new(Transition, r[3:11])
-                yield new(Entry, (r[0], kind, r[3], r[2] + 1, rec))
-            else:
-                yield _entry(r, records.get(_TABLE_OF.get(kind, kind), {}).get(r[3]))
+        if kind is None:  # a transition
+            rec = None
+            if r[4] is not None:
+                rec = (
+                    new(Transition, r[3:11]) if r[10] is not None else new(Transition, (*r[3:10], "counter"))
+                )
+            return new(Entry, (r[0], "transition", r[3], r[2] + 1, rec))
+        return _entry(r, self._records.get(_TABLE_OF.get(kind, kind), {}).get(r[3]))
 
 
 def _entry(r: Any, rec_row: Any) -> Entry:

@@ -3,15 +3,23 @@ entries handed over one at a time (real SQLite files)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.core.records import Entry
 from agent.core.send_outcome import DELIVERED, rejected
+from agent.store import outbox as outbox_module
+from agent.store.connection import on_thread
 from agent.store.store import Store
 
 AT = "2026-04-22T08:00:00.000Z"
@@ -115,3 +123,48 @@ async def test_rows_claimed_with_a_settle_and_never_settled_go_out_again_with_th
     head = await store.outbox.claim("central", 1)
     await store.close()
     assert [(e.outbox_id, e.attempt) for e in head] == [(again[0].outbox_id, 3)]
+
+
+async def test_the_settle_runs_on_the_store_thread_when_prepare_begins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `prepare` (the forwarder's encoder) keeps the loop busy, with a turn of the loop now and
+    # then; the outcomes' UPDATE is handed the interpreter lock first, so that it is running on the
+    # store's thread when `prepare` begins (it waited for the lock until `prepare` ended: the loop
+    # took it back at every turn). Batches of 4,000 rows, so the UPDATE lasts; the wait for it
+    # made long, so a loaded machine does not end it first.
+    monkeypatch.setattr(outbox_module, "HANDOFF_S", 2.0)
+    path = tmp_path / "s.db"
+    store = await Store.open(path)
+    await store.register_upstreams([("central", "none")], AT)
+    for start in range(0, 13000, 5000):
+        await store.record([d(str(n)) for n in range(start, min(13000, start + 5000))])
+    first = list(await store.outbox.claim("central", 4000))
+    threads: list[int] = []
+    await on_thread(store.db, lambda conn: threads.append(threading.get_ident()))
+    seen: list[str] = []
+
+    async def prepare(entries: Any) -> None:
+        frame = sys._current_frames().get(threads[0])
+        while frame is not None:
+            seen.append(frame.f_code.co_name)
+            frame = frame.f_back
+        for _ in range(100):  # Python work holding the lock in slices, as the encoder's
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.0003:
+                pass
+            await asyncio.sleep(0)
+
+    for _ in range(3):  # the statement new, then from sqlite3's cache of statements
+        seen.clear()
+        nxt, _ = await store.outbox.settle_and_claim_prepared(
+            [(e.outbox_id, DELIVERED) for e in first],
+            AT,
+            "central",
+            4000,
+            after=first[-1].outbox_id,
+            prepare=prepare,
+        )
+        assert "deliver" in seen, seen
+        first = list(nxt)
+    await store.close()
