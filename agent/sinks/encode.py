@@ -35,6 +35,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from agent.core import contract
+from agent.core.basis import IdentityBasis
 from agent.core.contract import Key, channel_of, device_of, pct
 from agent.core.records import (
     BootObserved,
@@ -99,6 +100,13 @@ def encode(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: s
         fast = _transition_fast(entry, rec, site, gateway, replayed)
         if fast is not None:
             return fast
+    return encode_general(entry, site=site, gateway=gateway, replayed=replayed, store_id=store_id)
+
+
+def encode_general(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: str) -> Event:
+    """`encode()` without the transition's fast path: every record through its parts and `_body`
+    (the same bytes; the reference the fast paths are tested against)."""
+    rec = entry.record
     try:
         if isinstance(rec, Transition):
             parts = _transition(rec, site)
@@ -170,61 +178,23 @@ def _source_of(site: str, source: str) -> str:
     return contract.ce_source(site, source)
 
 
-@lru_cache(maxsize=4096)
-def _transition_head(site: str, source: str, gateway: str) -> tuple[str, str, str, str, str]:
-    """The parts of a transition's event that depend only on its source (and site and gateway):
-    its CloudEvents source, device, channel, and the body's text after the id up to `time`, and
-    from `gateway` up to `attempt`. Raises ContractError for a site outside the contract."""
-    ce_source = contract.ce_source(site, source)
-    after_id = f',"source":{_q(ce_source)},"type":"{contract.TRANSITION_TYPE}"'
-    after_basis = f',"gateway":{_q(gateway)},"attempt":'
-    return ce_source, device_of(source), channel_of(source) or NO_CHANNEL, after_id, after_basis
-
-
 def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, replayed: bool) -> Event | None:
-    """The common transition written from cached per-source parts, the same text as `_body` over
-    `_transition`; None when a value needs JSON escaping (or the site is not the contract's),
-    so the general path writes (or refuses) it."""
-    _, source, tid, boot, ts, payload, arrival, basis = r
-    if not (type(boot) is type(tid) is type(arrival) is type(basis) is str):
+    """The common transition of an entry, written by the forwarder's row encoder over the entry's
+    row (one writer of that text, not two); None where that encoder declines a row (a value that
+    needs JSON escaping, a site outside the contract) and for what it does not take (a basis that
+    is not text, an entry of another kind), so the general path writes (or refuses) it."""
+    if entry.kind != "transition" or type(r.basis) is not str:
         return None
-    if ts is None:
-        plain = f"{boot}{tid}{arrival}{basis}"
-        time = ""
-    elif type(ts) is str:
-        plain = f"{boot}{tid}{arrival}{basis}{ts}"
-        time = f',"time":"{ts}"'
-    else:
-        return None
-    # Every string that goes between quotes unescaped (JSON escapes only `"`, `\\` and U+0000 to
-    # U+001F, none of which is printable but the two tested); a concatenation is plain exactly when
-    # each part is (the checks are per character).
-    if not plain.isprintable() or '"' in plain or "\\" in plain:
-        return None
-    try:
-        ce_source, device, channel, after_id, after_basis = _transition_head(site, source, gateway)
-    except contract.ContractError:
-        return None
-    # Both unreserved (the common case): percent-encoding leaves them as they are.
-    both = f"{boot}{tid}"
-    if (both.isascii() and both.isalnum()) or _UNRESERVED.fullmatch(both):
-        ce_id = f"{boot}:{tid}"
-    else:
-        ce_id = f"{pct(boot)}:{pct(tid)}"
-    body = (
-        f'{{"specversion":"{SPECVERSION}","id":"{ce_id}"{after_id}{time},"datacontenttype":"application/json",'
-        f'"bootid":"{boot}","transitionid":"{tid}","arrivalat":"{arrival}",'
-        f'"identitybasis":"{basis}"{after_basis}{int(entry.attempt)},'
-        f'"replayed":{"true" if replayed else "false"},'
-        f'"data":{payload}}}'
-    )
-    kind = entry.kind
-    return _new(
-        Event,
-        (entry.outbox_id, ce_source, ce_id, contract.TRANSITION_TYPE, kind, device, channel, body.encode()),
-    )
+    row = (entry.outbox_id, None, entry.attempt - 1, entry.ref_id, *r[1:])
+    return _row_encoder(site, gateway)(row, replayed)
 
 
+@lru_cache(maxsize=64)
+def _row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, bool], Event | None]:
+    return transition_row_encoder(site, gateway)
+
+
+_COUNTER = IdentityBasis.COUNTER.value
 _TRANSITION_HEAD_MAX = 4096  # per-source parts kept by one row encoder (a gateway has a few hundred)
 
 
@@ -260,7 +230,7 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
     def encode_row(r: TransitionRow, replayed: bool) -> Event | None:
         oid, _, attempts, _, source, tid, boot, ts, payload, arrival, basis = r
         if basis is None:
-            basis = "counter"
+            basis = _COUNTER  # NULL in the head query
         if not (type(boot) is type(tid) is type(arrival) is type(basis) is str):
             return None
         if ts is None:
@@ -269,7 +239,9 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
             plain = f"{boot}{tid}{arrival}{basis}{ts}"
         else:
             return None
-        # As in `_transition_fast`: every one of these goes between quotes unescaped.
+        # Every string that goes between quotes unescaped (JSON escapes only `"`, `\\` and U+0000
+        # to U+001F, none of which is printable but the two tested); a concatenation is plain exactly
+        # when each part is (the checks are per character).
         if not plain.isprintable() or '"' in plain or "\\" in plain:
             return None
         parts = heads.get(source)

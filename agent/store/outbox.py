@@ -39,6 +39,7 @@ from typing import Any, NamedTuple, TypeVar, overload
 
 import aiosqlite
 
+from agent.core.basis import IdentityBasis
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered
 from agent.store.connection import WriterConnection, on_thread
@@ -48,9 +49,10 @@ from agent.store.connection import WriterConnection, on_thread
 # records by primary key in one statement per kind (no join probing four tables per row).
 # A transition's kind and the identity basis `counter` (the common row) come back as NULL: None,
 # not a new string per row (`agent.core.records.TransitionRow`).
+_COUNTER = IdentityBasis.COUNTER.value  # the common basis, NULL in the head query
 _HEAD = (
     "SELECT o.outbox_id, NULLIF(o.kind, 'transition'), o.attempts, o.ref_id, e.source, e.transition_id,"
-    " e.boot_id, e.source_ts, e.payload, e.first_arrival, NULLIF(e.identity_basis, 'counter')"
+    f" e.boot_id, e.source_ts, e.payload, e.first_arrival, NULLIF(e.identity_basis, '{_COUNTER}')"
     " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
     " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
 )
@@ -431,9 +433,7 @@ class Claimed(Sequence[Entry]):
         if kind is None:  # a transition
             rec = None
             if r[4] is not None:
-                rec = (
-                    new(Transition, r[3:11]) if r[10] is not None else new(Transition, (*r[3:10], "counter"))
-                )
+                rec = new(Transition, r[3:11]) if r[10] is not None else new(Transition, (*r[3:10], _COUNTER))
             return new(Entry, (r[0], "transition", r[3], r[2] + 1, rec))
         return _entry(r, self._records.get(_TABLE_OF.get(kind, kind), {}).get(r[3]))
 

@@ -1,6 +1,6 @@
 """The forwarder's encode of claimed rows (a transition from its row, every other row from its
-entry) against `encode()` over the same stored rows' entries, on a real SQLite file: the same
-events and bytes, the same refusals."""
+entry) against the general writer (`encode_general`) over the same stored rows' entries, on a
+real SQLite file: the same events and bytes, the same refusals."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from agent.config.upstreams import HttpUpstream
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.service.forwarder import Forwarder
-from agent.sinks.encode import EncodeError, Event, encode
+from agent.sinks.encode import EncodeError, Event, encode_general
 from agent.store.store import Store
 
 SITE, GW, UP = "plant-1", "gw-test", "central"
@@ -79,7 +79,9 @@ async def test_the_forwarder_encodes_every_stored_row_as_encode_does(tmp_path: P
     for i, e in enumerate(entries):
         replayed = e.attempt > 1 or e.outbox_id <= 10
         try:
-            expected.append(encode(e, site=SITE, gateway=GW, replayed=replayed, store_id=store.store_id))
+            expected.append(
+                encode_general(e, site=SITE, gateway=GW, replayed=replayed, store_id=store.store_id)
+            )
         except EncodeError:
             refused.append(i)
     assert flight.ids == [e.outbox_id for e in entries]

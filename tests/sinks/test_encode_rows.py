@@ -1,6 +1,7 @@
 """The transition encoded straight from its claimed row (`transition_row_encoder`) is the same
-Event, byte for byte, as `encode()` over the entry the store builds from that row; where it
-cannot write a row it says so (None) and `encode()` writes or refuses it."""
+Event, byte for byte, as the general writer (`encode_general`: not the row path, which `encode()`
+now shares) over the entry the store builds from that row; where it cannot write a row it says so
+(None) and `encode()` writes or refuses it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.sinks.encode import EncodeError, encode, transition_row_encoder
+from agent.sinks.encode import EncodeError, encode_general, transition_row_encoder
 from agent.store.outbox import Claimed
 
 SITE, GW = "plant-1", "gw-line3"
@@ -35,7 +36,7 @@ def row(
 def both(r: tuple[Any, ...], site: str = SITE, gateway: str = GW, replayed: bool = False) -> tuple[Any, Any]:
     fast = transition_row_encoder(site, gateway)(r, replayed)
     try:
-        general: Any = encode(
+        general: Any = encode_general(
             Claimed([r], {}).entry(r), site=site, gateway=gateway, replayed=replayed, store_id=STORE_ID
         )
     except EncodeError as exc:
