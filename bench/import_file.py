@@ -1,14 +1,19 @@
 """End-to-end import benchmark: `edge-agent import --json` of a JSON Lines file, as a real process.
 
-Prints ONE JSON line. The file has N lines (default 100,000), half of them re-deliveries of
-an earlier line's event. Each round runs, alternated (`--rounds`, default 3; medians):
+Prints ONE JSON line. The bench writes its files itself (bench/import_shapes.py), each of N lines
+(default 100,000), half of them re-deliveries of an earlier line's event, in three shapes:
+`today` (re-deliveries of recent keys, the file of the earlier rounds: its figures are the
+top-level ones), `spread` (re-deliveries drawn from the whole history) and `outsider` (spread, as
+a second gateway writes them, with floats, non-ASCII text and several boots per source): each
+shape's figures under `shapes`, and the worst ratios named. Per shape, each round runs,
+alternated (`--rounds`, default 3; medians):
 
 * agent: `python -m agent --db <new store> import <file> --json` (start-up, parse,
   normalise, hash, decide, commit with synchronous=FULL, one result line per input line
   printed after its commit);
 * baseline: a minimal correct importer, also its own process (`--minimal`), plain stdlib: it
   does per line what the contract (docs/contract.md) asks of any importer,
-  and nothing of the agent's own (no config, no pipeline, no review tables). Per batch of
+  and nothing of the agent's own (bench/import_baseline.py) (no config, no pipeline, no review tables). Per batch of
   1,000 lines, one transaction (WAL, synchronous=FULL): one look-up of the batch's keys
   through the unique index, the decisions, `executemany` of the new events, of every arrival
   and of the new boots, COMMIT, then one result per line printed. Per line it
@@ -65,71 +70,42 @@ against the baseline's one), and peak RSS (ru_maxrss) of the agent for N and for
 memory means the file is streamed): the larger of the agent's process and its parsing process
 (about 34 MB), not their sum.
 
-    python bench/import_file.py [--lines 100000] [--rounds 3]
+    python bench/import_file.py [--lines 100000] [--rounds 3] [--shapes today,spread,outsider]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import functools
-import hashlib
 import itertools
 import json
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.import_baseline import lean_importer, minimal_importer
+from bench.import_shapes import SHAPES, write_file, write_shape
 from bench.rounds import alternate, median, ratio
 
-
-def write_file(path: Path, n: int) -> None:
-    with path.open("w") as f:
-        for i in range(n):
-            k = i if i % 2 == 0 else max(0, i - 101)  # every second line re-delivers an earlier event
-            f.write(
-                json.dumps(
-                    {
-                        "source": f"PUMP-{k % 300:03d}/Trip",
-                        "transitionId": f"T{k}",
-                        "bootId": "B17",
-                        "sourceTimestamp": f"2026-04-22T08:{(k // 6000) % 60:02d}:{(k // 100) % 60:02d}.{k % 1000:03d}Z",
-                        "arrivalAt": "2026-04-22T09:00:00.000Z",
-                        "payload": {
-                            "state": "Trip" if k % 2 else "Normal",
-                            "severity": "High",
-                            "value": k % 97,
-                        },
-                    }
-                )
-                + "\n"
-            )
+BASELINE = str(Path(__file__).resolve().parent / "import_baseline.py")
 
 
-CPU_S: dict[str, list[float]] = {"agent": [], "baseline": []}
-
-
-def timed_process(cmd: list[str], cpu: str | None = None) -> tuple[float, int]:
-    """(seconds, peak RSS in KiB) of one process; stdout discarded. Its CPU (user + system, with
-    that of the children it waited for: the agent's parsing process) goes to CPU_S[cpu]."""
+def timed_process(cmd: list[str]) -> tuple[float, int, float]:
+    """(seconds, peak RSS in KiB, CPU seconds) of one process, stdout discarded. The CPU is user +
+    system, with that of the children it waited for (the agent's parsing process)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
     if status != 0:
         raise SystemExit(f"{cmd[:4]} failed: {proc.stderr.read().decode() if proc.stderr else status}")
-    if cpu is not None:
-        CPU_S[cpu].append(usage.ru_utime + usage.ru_stime)
-    return elapsed, int(usage.ru_maxrss)
+    return elapsed, int(usage.ru_maxrss), usage.ru_utime + usage.ru_stime
 
 
 def agent_cmd(db: Path, file: Path) -> list[str]:
@@ -137,7 +113,7 @@ def agent_cmd(db: Path, file: Path) -> list[str]:
 
 
 def minimal_cmd(db: Path, file: Path, lean: bool = False) -> list[str]:
-    return [sys.executable, __file__, "--minimal-lean" if lean else "--minimal", str(db), str(file)]
+    return [sys.executable, BASELINE, "--minimal-lean" if lean else "--minimal", str(db), str(file)]
 
 
 # Lines a correct importer must decide right (contract sections 1, 2, 3, 5): the bench's own file
@@ -212,374 +188,60 @@ def check_same_decisions(tmp: Path, file: Path, name: str, hashes: bool = False)
     return counts
 
 
-# --- the baseline: a minimal correct importer (--minimal) ------------------------------------
+def measure_shape(tmp: Path, shape: str, n: int, rounds: int, lean: bool) -> dict[str, Any]:
+    """One shape's figures: alternated rounds of the agent and the minimal importer (and, with
+    `lean`, the old lean baseline beside the minimal one), then the untimed decision check."""
+    file = tmp / f"{shape}.jsonl"
+    write_shape(file, n, shape)
+    cpu: dict[str, list[float]] = {"agent": [], "baseline": []}
+    rss: list[int] = []
+    lean_rates: list[float] = []
+    runs = iter(range(10_000))
 
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?:[Zz]|([+-])(\d\d):(\d\d))"
-)
-_NORMAL = re.compile(r"\d{4}-\d\d-\d\dT(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z", re.ASCII)
+    def agent() -> float:
+        seconds, peak, used = timed_process(agent_cmd(tmp / f"a-{shape}{next(runs)}.db", file))
+        cpu["agent"].append(used)
+        rss.append(peak)
+        return n / seconds
 
+    def baseline() -> float:
+        r = next(runs)
+        lean_first = r % 2 == 1
+        if lean and lean_first:
+            lean_rates.append(n / timed_process(minimal_cmd(tmp / f"l-{shape}{r}.db", file, lean=True))[0])
+        seconds, _, used = timed_process(minimal_cmd(tmp / f"b-{shape}{r}.db", file))
+        cpu["baseline"].append(used)
+        if lean and not lean_first:
+            lean_rates.append(n / timed_process(minimal_cmd(tmp / f"l-{shape}{r}.db", file, lean=True))[0])
+        return n / seconds
 
-class Refused(ValueError):
-    """A line the contract says is `rejected` (section 2), with the reason."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _day_exists(day: str) -> bool:
-    try:
-        datetime.date(int(day[:4]), int(day[5:7]), int(day[8:10]))
-    except ValueError:
-        return False
-    return True
-
-
-def normal_ts(text: object, name: str) -> str | None:
-    """Contract section 1: RFC 3339 with offset -> UTC, milliseconds (finer digits cut); else Refused."""
-    if text is None:
-        return None
-    if type(text) is not str:
-        raise Refused(f"{name} is not RFC 3339 text")
-    if _NORMAL.fullmatch(text) and _day_exists(text[:10]):
-        return text  # already in normal form: the common case
-    m = _RFC3339.fullmatch(text)
-    if m is None:
-        raise Refused(f"{name} {text!r} is not RFC 3339 with offset")
-    y, mo, d, h, mi, s = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
-    ms = int((m.group(7) or "0")[:3].ljust(3, "0"))
-    if s == 60:  # a leap second: the last millisecond of its minute
-        s, ms = 59, 999
-    try:
-        tz = datetime.UTC
-        if m.group(8):
-            oh, om = int(m.group(9)), int(m.group(10))
-            if oh > 23 or om > 59:
-                raise ValueError("offset out of range")
-            off = datetime.timedelta(hours=oh, minutes=om)
-            tz = datetime.timezone(off if m.group(8) == "+" else -off)
-        u = datetime.datetime(y, mo, d, h, mi, s, ms * 1000, tzinfo=tz).astimezone(datetime.UTC)
-    except (ValueError, OverflowError) as exc:
-        raise Refused(f"{name} {text!r} is not a valid instant: {exc}") from exc
-    return u.strftime("%Y-%m-%dT%H:%M:%S.") + f"{u.microsecond // 1000:03d}Z"
-
-
-def _id(obj: dict[str, Any], name: str) -> str | None:
-    """Contract section 1: an id is text, an integer is its decimal text; missing/null/empty -> None."""
-    v = obj.get(name)
-    if type(v) is str:
-        return v or None
-    if v is None:
-        return None
-    if type(v) is int:
-        return str(v)
-    raise Refused(f"{name} must be text or an integer")
-
-
-def _es_number(f: float) -> str:
-    """RFC 8785 number: ECMAScript's shortest form (so 1.0 is 1, 1e-7 is 1e-7, 1e20 is written out)."""
-    if f != f or f in (float("inf"), float("-inf")):
-        raise Refused("NaN or Infinity is not JSON")
-    if f == 0:
-        return "0"
-    r = repr(abs(f))
-    m, _, e = r.partition("e")
-    ip, _, fp = m.partition(".")
-    if ip == "0":
-        digits = fp.lstrip("0")
-        n = (len(digits) - len(fp)) + int(e or 0)
-    else:
-        digits = ip + fp
-        n = len(ip) + int(e or 0)
-    digits = digits.rstrip("0")
-    k = len(digits)
-    if k <= n <= 21:
-        s = digits + "0" * (n - k)
-    elif 0 < n <= 21:
-        s = digits[:n] + "." + digits[n:]
-    elif -6 < n <= 0:
-        s = "0." + "0" * -n + digits
-    else:
-        x = n - 1
-        s = digits[0] + ("." + digits[1:] if k > 1 else "") + ("e+" if x > 0 else "e-") + str(abs(x))
-    return "-" + s if f < 0 else s
-
-
-def _jcs(v: Any) -> str:
-    """Full RFC 8785 for the rare payload that needs it (floats, or non-ASCII keys: UTF-16 key order)."""
-    if isinstance(v, dict):
-        items = sorted(v.items(), key=lambda kv: kv[0].encode("utf-16-be"))
-        return "{" + ",".join(_dumps(k) + ":" + _jcs(x) for k, x in items) + "}"
-    if isinstance(v, list):
-        return "[" + ",".join(_jcs(x) for x in v) + "]"
-    if type(v) is float:
-        return _es_number(v)
-    return _dumps(v)
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
-
-
-def _no_constant(name: str) -> float:
-    raise Refused(f"{name} is not JSON")
-
-
-class _Line:
-    """json.loads hooks: note floats (they need the RFC 8785 number form), refuse NaN/Infinity."""
-
-    floats = False
-
-    @classmethod
-    def parse_float(cls, s: str) -> float:
-        cls.floats = True
-        return float(s)
-
-
-_loads = json.JSONDecoder(parse_float=_Line.parse_float, parse_constant=_no_constant).decode
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta(store_id TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, source TEXT NOT NULL,"
-    " transition_id TEXT NOT NULL, boot_id TEXT NOT NULL, source_ts TEXT, payload TEXT NOT NULL,"
-    " payload_hash TEXT NOT NULL, UNIQUE(source, transition_id, boot_id))",
-    "CREATE TABLE IF NOT EXISTS arrivals(id INTEGER PRIMARY KEY, line INTEGER, source TEXT,"
-    " transition_id TEXT, boot_id TEXT, source_ts TEXT, arrival_at TEXT NOT NULL, receiver TEXT NOT NULL,"
-    " payload_hash TEXT, decision TEXT NOT NULL, canonical_id INTEGER, reason TEXT, raw ANY NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS boots(device TEXT NOT NULL, boot_id TEXT NOT NULL, previous_boot_id TEXT,"
-    " first_arrival TEXT NOT NULL, source_ts TEXT, arrival_id INTEGER NOT NULL, evidence TEXT NOT NULL,"
-    " PRIMARY KEY(device, boot_id))",
-)
-
-
-def minimal_importer(db: str, file: str) -> None:
-    """The baseline: the least work a correct importer must do (see the module docstring)."""
-    con = sqlite3.connect(db, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=FULL")
-    for ddl in _SCHEMA:
-        con.execute(ddl)
-    if con.execute("SELECT 1 FROM meta").fetchone() is None:
-        con.execute("INSERT INTO meta VALUES (?)", (str(uuid.uuid4()),))
-    # What the store already knows (contract section 3, "After the agent itself restarts").
-    seen_boots: set[tuple[str, str]] = set()
-    last_live: dict[str, str] = {}
-    for device, boot in con.execute("SELECT device, boot_id FROM boots ORDER BY arrival_id"):
-        seen_boots.add((device, boot))
-        last_live[device] = boot
-    state = {
-        "event": con.execute("SELECT coalesce(max(id), 0) + 1 FROM events").fetchone()[0],
-        "arrival": con.execute("SELECT coalesce(max(id), 0) + 1 FROM arrivals").fetchone()[0],
+    agent_rates, base_rates = alternate(rounds, agent, baseline)
+    agent_cpu, base_cpu = median(cpu["agent"]) / n * 1e6, median(cpu["baseline"]) / n * 1e6
+    got: dict[str, Any] = {
+        "import_lines_per_s": round(median(agent_rates)),
+        "baseline_minimal_importer_lines_per_s": round(median(base_rates)),
+        "ratio_vs_baseline": ratio(agent_rates, base_rates),
+        # CPU per line of all the process's work (the agent's on two cores: its parsing process
+        # is counted), medians
+        "agent_cpu_us_per_line": round(agent_cpu, 1),
+        "baseline_cpu_us_per_line": round(base_cpu, 1),
+        "cpu_per_line_ratio": round(agent_cpu / base_cpu, 3),
+        "agent_rounds": [round(x) for x in agent_rates],
+        "baseline_rounds": [round(x) for x in base_rates],
+        "peak_rss_kib_lines": max(rss),
     }
-    receiver = "import:" + os.path.basename(file)
-    with open(file, "rb") as f:
-        batch: list[tuple[int, bytes]] = []
-        for n, raw in enumerate(f, 1):
-            if raw.isspace():
-                continue  # contract section 5: blank lines are skipped
-            batch.append((n, raw))
-            if len(batch) == 1000:
-                _minimal_batch(con, batch, state, seen_boots, last_live, receiver)
-                batch = []
-        if batch:
-            _minimal_batch(con, batch, state, seen_boots, last_live, receiver)
-    con.close()
-
-
-def _minimal_batch(
-    con: sqlite3.Connection,
-    batch: list[tuple[int, bytes]],
-    state: dict[str, int],
-    seen_boots: set[tuple[str, str]],
-    last_live: dict[str, str],
-    receiver: str,
-) -> None:
-    now = datetime.datetime.now(datetime.UTC)
-    now_text = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
-    # (line, key or None, source_ts, arrival_at, payload text, hash, raw, reason)
-    parsed: list[tuple[Any, ...]] = []
-    for n, raw in batch:
-        try:
-            try:
-                text = raw.decode()
-            except UnicodeDecodeError:
-                raise Refused("not UTF-8") from None
-            _Line.floats = False
-            try:
-                obj = _loads(text)
-            except ValueError as exc:
-                raise Refused(f"not JSON: {exc}") from None
-            if type(obj) is not dict:
-                raise Refused("not a JSON object")
-            payload = obj.get("payload", {})
-            if type(payload) is not dict:
-                raise Refused("payload must be a JSON object")
-            src, tid, boot = _id(obj, "source"), _id(obj, "transitionId"), _id(obj, "bootId")
-            ts = normal_ts(obj.get("sourceTimestamp"), "sourceTimestamp")
-            at = normal_ts(obj.get("arrivalAt"), "arrivalAt") or now_text
-            # json.dumps with sorted keys is RFC 8785 for text, integers, true/false/null and ASCII
-            # keys; floats and non-ASCII (maybe escaped) text take the full path.
-            slow = _Line.floats or not text.isascii() or "\\u" in text
-            body = _jcs(payload) if slow else _dumps(payload)
-            hashed = (
-                f'{{"payload":{body},"sourceTimestamp":{"null" if ts is None else chr(34) + ts + chr(34)}}}'
-            )
-            try:
-                h = hashlib.sha256(hashed.encode()).hexdigest()
-                if "\\u" in text:  # an escaped lone surrogate is not Unicode text (ids included)
-                    "".join(x or "" for x in (src, tid, boot)).encode()
-            except UnicodeEncodeError:
-                raise Refused("holds a lone UTF-16 surrogate") from None
-        except Refused as exc:
-            parsed.append((n, None, None, now_text, "", None, raw, str(exc)))
-            continue
-        if src and tid and boot:
-            parsed.append((n, (src, tid, boot), ts, at, body, h, text, None))
-        else:
-            missing = "source" if not src else "transitionId" if not tid else "bootId"
-            parsed.append((n, None, ts, at, body, h, text, f"missing {missing}; no identity is made up"))
-    con.execute("BEGIN IMMEDIATE")
-    keys = list({p[1] for p in parsed if p[1] is not None})
-    known: dict[tuple[str, str, str], tuple[int, str]] = {}
-    # One statement for the batch's keys, each looked up through the unique index; the write lock
-    # is held from BEGIN IMMEDIATE, and a key that slipped past would fail the unique index, never merge.
-    for cid, s_, t_, b_, hh in con.execute(
-        "SELECT e.id, e.source, e.transition_id, e.boot_id, e.payload_hash FROM json_each(?) AS j"
-        " CROSS JOIN events AS e ON e.source = j.value ->> 0 AND e.transition_id = j.value ->> 1"
-        " AND e.boot_id = j.value ->> 2",
-        (json.dumps(keys),),
-    ):
-        known[(s_, t_, b_)] = (cid, hh)
-    new_events = []
-    arrivals = []
-    boots = []
-    results = []
-    aid = state["arrival"]
-    for n, key, ts, at, body, h, text, reason in parsed:
-        if key is None:
-            decision = "rejected" if h is None else "identity_incomplete"
-            arrivals.append((aid, n, None, None, None, ts, at, receiver, h, decision, None, reason, text))
-            results.append(
-                f'{{"line": {n}, "decision": "{decision}", "canonical_id": null, "duplicate_of": null,'
-                f' "reason": {json.dumps(reason)}, "flags": []}}\n'
-            )
-            aid += 1
-            continue
-        device = key[0].split("/", 1)[0]
-        if (device, key[2]) not in seen_boots:  # contract section 3: a new boot generation, live
-            seen_boots.add((device, key[2]))
-            prev = last_live.get(device)
-            evidence = json.dumps({"previous_bootId": prev, "receiver": receiver, "line": n})
-            boots.append((device, key[2], prev, at, ts, aid, evidence))
-            last_live[device] = key[2]
-        seen = known.get(key)
-        if seen is None:
-            cid = state["event"]
-            state["event"] += 1
-            known[key] = (cid, h)
-            new_events.append((cid, *key, ts, body, h))
-            decision, dup = "inserted", "null"
-        else:
-            cid = seen[0]
-            decision, dup = ("duplicate" if seen[1] == h else "conflict"), str(cid)
-        arrivals.append((aid, n, *key, ts, at, receiver, h, decision, cid, None, text))
-        results.append(
-            f'{{"line": {n}, "decision": "{decision}", "canonical_id": {cid}, "duplicate_of": {dup},'
-            ' "reason": null, "flags": []}\n'
-        )
-        aid += 1
-    state["arrival"] = aid
-    con.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", new_events)
-    con.executemany("INSERT INTO arrivals VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", arrivals)
-    if boots:
-        con.executemany("INSERT INTO boots VALUES (?,?,?,?,?,?,?)", boots)
-    con.execute("COMMIT")
-    sys.stdout.write("".join(results))
-    sys.stdout.flush()
-
-
-# --- the old, lean baseline (--minimal-lean) -------------------------------------------------
-
-
-def lean_importer(db: str, file: str) -> None:
-    """The old, lean baseline (`--minimal-lean`), kept as an extra figure: see the module docstring."""
-    con = sqlite3.connect(db, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=FULL")
-    con.execute(
-        "CREATE TABLE events(id INTEGER PRIMARY KEY, source TEXT NOT NULL, transition_id TEXT NOT NULL,"
-        " boot_id TEXT NOT NULL, source_ts TEXT, payload TEXT NOT NULL, payload_hash TEXT NOT NULL,"
-        " UNIQUE(source, transition_id, boot_id))"
-    )
-    con.execute(
-        "CREATE TABLE arrivals(id INTEGER PRIMARY KEY, line INTEGER, source TEXT, transition_id TEXT,"
-        " boot_id TEXT, payload_hash TEXT, decision TEXT NOT NULL, canonical_id INTEGER, raw TEXT NOT NULL)"
-    )
-    next_id = 1
-    out = sys.stdout
-    with open(file, encoding="utf-8") as f:
-        batch: list[tuple[int, str]] = []
-        for n, text in enumerate(f, 1):
-            batch.append((n, text))
-            if len(batch) == 1000:
-                next_id = _lean_batch(con, batch, next_id, out)
-                batch = []
-        if batch:
-            _lean_batch(con, batch, next_id, out)
-    con.close()
-
-
-def _lean_batch(con: sqlite3.Connection, batch: list[tuple[int, str]], next_id: int, out: object) -> int:
-    parsed = []
-    for n, text in batch:
-        obj = json.loads(text)
-        key = (obj["source"], obj["transitionId"], obj["bootId"])
-        if not all(isinstance(x, str) and x for x in key):
-            raise SystemExit(f"line {n}: identity incomplete")
-        ts = obj.get("sourceTimestamp")
-        payload = json.dumps(obj["payload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        text_hash = f'{{"payload":{payload},"sourceTimestamp":{json.dumps(ts)}}}'
-        parsed.append((n, key, ts, payload, hashlib.sha256(text_hash.encode()).hexdigest(), text))
-    con.execute("BEGIN IMMEDIATE")
-    keys = list({p[1] for p in parsed})
-    known: dict[tuple[str, str, str], tuple[int, str]] = {}
-    # One statement for the batch's keys, each looked up through the unique index.
-    for cid, src, tid, boot, h in con.execute(
-        "SELECT e.id, e.source, e.transition_id, e.boot_id, e.payload_hash FROM json_each(?) AS j"
-        " CROSS JOIN events AS e ON e.source = j.value ->> 0 AND e.transition_id = j.value ->> 1"
-        " AND e.boot_id = j.value ->> 2",
-        (json.dumps(keys),),
-    ):
-        known[(src, tid, boot)] = (cid, h)
-    new_events = []
-    arrivals = []
-    results = []
-    for n, key, ts, payload, h, text in parsed:
-        seen = known.get(key)
-        if seen is None:
-            cid = next_id
-            next_id += 1
-            known[key] = (cid, h)
-            new_events.append((cid, *key, ts, payload, h))
-            decision = "inserted"
-        else:
-            cid = seen[0]
-            decision = "duplicate" if seen[1] == h else "conflict"
-        arrivals.append((n, *key, h, decision, cid, text))
-        results.append(json.dumps({"line": n, "decision": decision, "canonical_id": cid}) + "\n")
-    con.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", new_events)
-    con.executemany(
-        "INSERT INTO arrivals(line, source, transition_id, boot_id, payload_hash, decision, canonical_id, raw)"
-        " VALUES (?,?,?,?,?,?,?,?)",
-        arrivals,
-    )
-    con.execute("COMMIT")
-    sys.stdout.write("".join(results))
-    sys.stdout.flush()
-    return next_id
+    if lean:
+        got["baseline_lean_lines_per_s"] = round(median(lean_rates))
+        got["ratio_vs_lean_baseline"] = ratio(agent_rates, lean_rates)
+        got["baseline_lean_rounds"] = [round(x) for x in lean_rates]
+    return got
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and baseline")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
     ap.add_argument("--minimal", nargs=2, metavar=("DB", "FILE"), help=argparse.SUPPRESS)
     ap.add_argument("--minimal-lean", nargs=2, metavar=("DB", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -590,61 +252,38 @@ def main() -> None:
         lean_importer(*args.minimal_lean)
         return
     n = args.lines
-    with tempfile.TemporaryDirectory() as tmp:
-        small, large, edge = Path(tmp) / "small.jsonl", Path(tmp) / "large.jsonl", Path(tmp) / "edge.jsonl"
-        write_file(small, n)
+    shapes = args.shapes.split(",")
+    if "today" not in shapes:
+        raise SystemExit("--shapes must hold today (its figures are the top-level ones)")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        figures = {s: measure_shape(tmp, s, n, args.rounds, lean=s == "today") for s in shapes}
+        large, edge = tmp / "large.jsonl", tmp / "edge.jsonl"
         write_file(large, 3 * n)
+        _, rss_large, _ = timed_process(agent_cmd(tmp / "large.db", large))
+        # Untimed, after every measured process (a child's ru_maxrss counts the RSS of this
+        # process at the fork, and the check holds every result line): the baseline must decide
+        # every line as the agent does, or its rate means nothing; on the edge lines every
+        # payload_hash and timestamp must agree too.
+        for s in shapes:
+            figures[s]["decisions_checked"] = check_same_decisions(tmp, tmp / f"{s}.jsonl", f"{s} file")
         edge.write_text("\n".join(EDGE_LINES) + "\n")
-        runs = iter(range(10_000))
-        rss: list[int] = []
-        lean_rates: list[float] = []
-
-        def agent() -> float:
-            seconds, peak = timed_process(agent_cmd(Path(tmp) / f"a{next(runs)}.db", small), "agent")
-            rss.append(peak)
-            return n / seconds
-
-        def baseline() -> float:
-            # The old, lean baseline runs next to the new one, in alternating order, as an extra figure.
-            r = next(runs)
-            lean_first = r % 2 == 1
-            if lean_first:
-                lean_rates.append(n / timed_process(minimal_cmd(Path(tmp) / f"l{r}.db", small, lean=True))[0])
-            rate = n / timed_process(minimal_cmd(Path(tmp) / f"b{r}.db", small), "baseline")[0]
-            if not lean_first:
-                lean_rates.append(n / timed_process(minimal_cmd(Path(tmp) / f"l{r}.db", small, lean=True))[0])
-            return rate
-
-        agent_rates, base_rates = alternate(args.rounds, agent, baseline)
-        _, rss_large = timed_process(agent_cmd(Path(tmp) / "large.db", large))
-        # Untimed, and after every measured process: the baseline must decide every line as the
-        # agent does, or its rate means nothing. (After: a child's ru_maxrss counts the RSS of
-        # this process at the fork, and the check holds every result line.)
-        checked = check_same_decisions(Path(tmp), small, "bench file")
-        check_same_decisions(Path(tmp), edge, "edge lines", hashes=True)
-    rss_small = max(rss)
+        check_same_decisions(tmp, edge, "edge lines", hashes=True)
+    today = figures["today"]
+    worst = min(shapes, key=lambda s: figures[s]["ratio_vs_baseline"])
     print(
         json.dumps(
             {
                 "bench": "import_file",
                 "lines": n,
                 "rounds": args.rounds,
-                "import_lines_per_s": round(median(agent_rates)),
-                "baseline_minimal_importer_lines_per_s": round(median(base_rates)),
-                "ratio_vs_baseline": ratio(agent_rates, base_rates),
-                "baseline_lean_lines_per_s": round(median(lean_rates)),
-                "ratio_vs_lean_baseline": ratio(agent_rates, lean_rates),
-                "decisions_checked": checked,
-                # CPU per line of all the process's work (the agent's on two cores: its parsing
-                # process is counted), medians
-                "agent_cpu_us_per_line": round(median(CPU_S["agent"]) / n * 1e6, 1),
-                "baseline_cpu_us_per_line": round(median(CPU_S["baseline"]) / n * 1e6, 1),
-                "agent_rounds": [round(x) for x in agent_rates],
-                "baseline_rounds": [round(x) for x in base_rates],
-                "baseline_lean_rounds": [round(x) for x in lean_rates],
-                "peak_rss_kib_lines": rss_small,
+                **today,
                 "peak_rss_kib_3x_lines": rss_large,
-                "rss_growth_3x": round(rss_large / rss_small, 3),
+                "rss_growth_3x": round(rss_large / today["peak_rss_kib_lines"], 3),
+                "worst_shape": worst,
+                "worst_ratio_vs_baseline": figures[worst]["ratio_vs_baseline"],
+                "worst_cpu_per_line_ratio": max(f["cpu_per_line_ratio"] for f in figures.values()),
+                "shapes": {s: f for s, f in figures.items() if s != "today"},
             }
         )
     )

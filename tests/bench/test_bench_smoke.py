@@ -77,12 +77,25 @@ def test_import_file_of_a_few_lines_compares_with_a_minimal_importer() -> None:
         got["import_lines_per_s"], got["baseline_lean_lines_per_s"], got["ratio_vs_lean_baseline"]
     )
     assert got["decisions_checked"] == {"inserted": 100, "duplicate": 100}
+    # The shapes an outsider tries (re-deliveries over the whole history, floats, non-ASCII,
+    # several boots, written as a second gateway would), each with its own ratios, decided alike.
+    assert set(got["shapes"]) == {"spread", "outsider"}
+    for shape in got["shapes"].values():
+        assert_compared(
+            shape["import_lines_per_s"], shape["baseline_minimal_importer_lines_per_s"], shape["ratio_vs_baseline"]
+        )
+        assert_compared(
+            shape["agent_cpu_us_per_line"], shape["baseline_cpu_us_per_line"], shape["cpu_per_line_ratio"]
+        )
+        assert shape["decisions_checked"] == {"inserted": 100, "duplicate": 100}
+    ratios = [got["ratio_vs_baseline"], *(s["ratio_vs_baseline"] for s in got["shapes"].values())]
+    assert got["worst_ratio_vs_baseline"] == min(ratios)
 
 
 def test_minimal_importer_of_the_import_bench_decides_like_the_agent(tmp_path: Path) -> None:
     # The baseline must do a correct importer's work: the same decisions, line by line.
     sys.path.insert(0, str(ROOT))
-    from bench.import_file import write_file
+    from bench.import_shapes import write_file
 
     file = tmp_path / "in.jsonl"
     write_file(file, 300)
