@@ -21,8 +21,12 @@ CPU time over the window divided by the polls; the simulators run in other proce
 they are not counted), transition-to-commit latency p50/p99 of the agent, and peak RSS.
 The whole process runs with the service's process-wide settings (`agent.service.runtime`, as
 `edge-agent run` does), the bare loop in it too.
-Targets: <= 0.5 % ticks missed at 200 controllers x 10 Hz, CPU per poll <= 1.3 x bare, one
-connection >= 0.6 of bare.
+* OPC UA polled reads (`opcua_polled`, --opcua controllers, default 20, in a simulator of their
+  own, --opcua-seconds): the agent's OPC UA pollers alone (recorder and store included) against
+  a bare asyncua loop reading the same nodes on the same schedule (bench/poll_opcua.py).
+
+Targets: <= 0.5 % ticks missed at 200 controllers x 10 Hz, CPU per poll <= 1.2 x bare (issue
+27; 1.3 before), one connection >= 0.6 of bare; the same CPU ratio for OPC UA polled reads.
 
     python bench/poll.py                         # 200 controllers x 10 Hz, 20 s, 3 rounds
     python bench/poll.py --n 10 --m 2 --seconds 5
@@ -32,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import logging
 import subprocess
@@ -60,6 +63,8 @@ from agent.sources.base import due_in_s, phase_s, run_source  # noqa: E402
 from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
 from agent.store.store import Store  # noqa: E402
+from bench.poll_figures import Window, compared, missed_pct  # noqa: E402
+from bench.poll_opcua import bare_opcua  # noqa: E402
 from bench.rounds import alternate_async, median, rss_peak_mb  # noqa: E402
 from devices.agent_config import device_config  # noqa: E402
 from devices.controller import ChannelSpec, Controller  # noqa: E402
@@ -114,30 +119,6 @@ def load_devices(tmp: str, entries: list[dict[str, Any]], name: str) -> list[con
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return list(config.load(path).devices)
-
-
-class Window:
-    """Poll completion times per connection, from the moment `open()` is called."""
-
-    def __init__(self) -> None:
-        self.times: dict[str, list[float]] = {}
-        self.opened = False
-
-    def open(self) -> None:
-        self.times = {k: [] for k in self.times}
-        self.opened = True
-
-    def mark(self, key: str) -> None:
-        self.times.setdefault(key, [])
-        if self.opened:
-            self.times[key].append(time.monotonic())
-
-    def polls(self, keys: Sequence[str] | None = None) -> int:
-        return sum(len(v) for k, v in self.times.items() if keys is None or k in keys)
-
-    def interval_p99_ms(self) -> float | None:
-        gaps = sorted(b - a for v in self.times.values() for a, b in itertools.pairwise(v))
-        return round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1000, 1) if gaps else None
 
 
 class CountedLive(ConnectionLive):
@@ -268,10 +249,6 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
     }
 
 
-def missed_pct(polls: int, wall: float, connections: int, hz: float) -> float:
-    return round(max(0.0, 1 - polls / (wall * connections * hz)) * 100, 2)
-
-
 async def run(a: argparse.Namespace) -> dict[str, Any]:
     poll = f"{1000 / a.hz:g}ms"
     mb_names = [f"PLC-{i:03d}" for i in range(a.n)]
@@ -313,6 +290,20 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 return await bare(fast, ports[:1], one_s, paced=False, warm_up=a.warm_up)
 
             ag1, ba1 = await alternate_async(a.rounds, agent_one, bare_one)
+            if a.opcua:
+                op_names = [f"UAP-{i:03d}" for i in range(a.opcua)]
+                op_proc, op_ready = start_sim(op_names, opcua=True, rate=a.rate * a.opcua)
+                procs.append(op_proc)
+                polled = load_devices(tmp, device_entries(op_names, op_ready, opcua=True, poll=poll), "ua")
+                op_s = min(a.seconds, a.opcua_seconds)
+
+                async def agent_ua() -> dict[str, Any]:
+                    return await agent(polled, op_s, Path(tmp) / f"u{next(runs)}.db", a.warm_up)
+
+                async def bare_ua() -> dict[str, Any]:
+                    return await bare_opcua(polled, op_s, warm_up=a.warm_up, window=Window())
+
+                out["opcua_polled"] = compared(*await alternate_async(a.rounds, agent_ua, bare_ua), a)
     finally:
         for p in procs:
             p.terminate()
@@ -367,6 +358,13 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=10.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds of agent and bare loop")
+    ap.add_argument(
+        "--opcua",
+        type=int,
+        default=20,
+        help="OPC UA controllers polled apart against a bare asyncua loop (0: none)",
+    )
+    ap.add_argument("--opcua-seconds", type=float, default=10.0, help="window of the OPC UA comparison")
     ap.add_argument("--rate", type=float, default=0.5, help="transitions per second per controller")
     ap.add_argument("--warm-up", type=float, default=1.5, help="seconds to connect and read before measuring")
     ap.add_argument(

@@ -82,7 +82,9 @@ def test_import_file_of_a_few_lines_compares_with_a_minimal_importer() -> None:
     assert set(got["shapes"]) == {"spread", "outsider"}
     for shape in got["shapes"].values():
         assert_compared(
-            shape["import_lines_per_s"], shape["baseline_minimal_importer_lines_per_s"], shape["ratio_vs_baseline"]
+            shape["import_lines_per_s"],
+            shape["baseline_minimal_importer_lines_per_s"],
+            shape["ratio_vs_baseline"],
         )
         assert_compared(
             shape["agent_cpu_us_per_line"], shape["baseline_cpu_us_per_line"], shape["cpu_per_line_ratio"]
@@ -131,7 +133,21 @@ def test_minimal_importer_of_the_import_bench_decides_every_edge_line_like_the_a
 
 
 def test_poll_of_two_modbus_and_one_opcua_controller_compares_with_a_bare_read_loop() -> None:
-    got = run_bench("poll.py", "--n", "2", "--m", "1", "--seconds", "1", "--rounds", "1", "--warm-up", "0.5")
+    got = run_bench(
+        "poll.py",
+        "--n",
+        "2",
+        "--m",
+        "1",
+        "--seconds",
+        "1",
+        "--rounds",
+        "1",
+        "--warm-up",
+        "0.5",
+        "--opcua",
+        "1",
+    )
     assert got["bench"] == "poll" and got["rounds"] == 1
     fleet = got["fleet"]
     assert (fleet["n_modbus"], fleet["m_opcua"]) == (2, 1)
@@ -144,6 +160,13 @@ def test_poll_of_two_modbus_and_one_opcua_controller_compares_with_a_bare_read_l
     assert 0 <= fleet["agent_missed_pct"] <= 100 and 0 <= fleet["bare_missed_pct"] <= 100
     one = got["one_connection"]
     assert_compared(one["agent_polls_per_s"], one["bare_polls_per_s"], one["ratio"])
+    # OPC UA polled reads: the agent's pollers alone against a bare asyncua loop, the same nodes.
+    ua = got["opcua_polled"]
+    assert ua["controllers"] == 1
+    assert_compared(
+        ua["agent_cpu_ms_per_1000_polls"], ua["bare_cpu_ms_per_1000_polls"], ua["cpu_per_poll_ratio"]
+    )
+    assert ua["agent_polls_per_s"] > 0 and ua["bare_polls_per_s"] > 0
 
 
 def test_replay_http_drain_compares_with_a_bare_post_loop() -> None:
@@ -208,6 +231,28 @@ def test_ledger_quick_compares_the_arbitration_with_copy_and_bare_set_based_sql(
         assert_compared(
             got[f"ledger_dup{dup}"], got[f"copy_ceiling_dup{dup}"], got[f"ledger_vs_copy_dup{dup}"]
         )
+
+
+def test_ledger_import_compares_whole_processes_with_a_lean_set_based_arbiter() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("ledger_import.py", "-n", "400", "--rounds", "1")
+    assert got["bench"] == "ledger_import" and got["deliveries"] == 400
+    for dup in (0, 50):
+        assert_compared(
+            got[f"ledger_dup{dup}_per_s"], got[f"lean_dup{dup}_per_s"], got[f"ledger_vs_lean_dup{dup}"]
+        )
+        assert got[f"ledger_dup{dup}_client_cpu_us"] > 0 and got[f"lean_dup{dup}_client_cpu_us"] > 0
+    # Both decided every line alike (the bench exits non-zero otherwise), re-deliveries written
+    # otherwise (keys reordered, 4.0 for 4, another offset) being duplicates.
+    assert got["decisions_checked"] == {
+        "dup0": {"inserted": 400},
+        "dup50": {"inserted": 200, "duplicate": 200},
+    }
 
 
 def test_ledger_mqtt_quick_compares_the_intake_with_a_bare_subscriber() -> None:
