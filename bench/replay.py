@@ -104,7 +104,7 @@ def copy_store(template: Path, to: Path) -> Path:
     # On disk before the clock starts, for both sides: a gateway's store is not a fresh copy in the
     # page cache, and the first checkpoint's sync of the database file would otherwise write the
     # whole copy back inside the timed drain (about 12 ms; the agent reached it at 30,000 events,
-    # the baseline's fewer WAL frames did not: docs/performance.md, HTTP replay, eighth round).
+    # the baseline's fewer WAL frames did not: docs/performance-history.md, HTTP replay, eighth round).
     fd = os.open(to, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -2,7 +2,7 @@
 
 `edge-agent import` records batch N (the store's SQLite thread, the decisions: Python, holding the
 interpreter lock) while batch N+1 could be parsed. A thread cannot do that (both hold the same
-lock; overlapping them cost time, docs/performance.md "Import, sixth round"); a process can, on
+lock; overlapping them cost time, docs/performance-history.md "Import, sixth round"); a process can, on
 the second core. `ParsedAhead` yields the same `ImportBatch`es as `read_batches`, in file order:
 
 * the first batch is parsed here; if the rest of the file is larger than `AHEAD_MIN_BYTES`, the
