@@ -139,12 +139,100 @@ def _flat_orjson(d: dict[Any, Any]) -> str | None:
     return out.decode() if out.isascii() else None
 
 
+class _Slow(Exception):
+    """The value needs the general writer."""
+
+
+_SAFE_FLOAT_INT = 2**53
+
+
+def _es_ready(value: Any) -> Any:
+    """`value` with every float the C encoders would not write as RFC 8785 does replaced.
+
+    An integral float below 2**53 becomes its int (RFC 8785 writes 1.0 as 1); any other
+    non-integral float whose `repr` has no exponent (1e-4 <= |x| < 1e16) is already in
+    ECMAScript's form (the shortest digits that round-trip, the same decimal point): it stays.
+    Anything else (an exponent, NaN, Infinity, a non-text key, a type JSON does not have)
+    raises _Slow. Containers are copied only where a float changed."""
+    t = type(value)
+    if t is float:
+        return _es_float(value)
+    if t is dict:
+        copy = None
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _Slow
+            tv = type(v)
+            if tv is str or tv is int or tv is bool or v is None:
+                continue
+            nv = _es_float(v) if tv is float else _es_ready(v)
+            if nv is not v:
+                if copy is None:
+                    copy = dict(value)
+                copy[k] = nv
+        return value if copy is None else copy
+    if t is list or t is tuple:
+        items = None
+        for i, v in enumerate(value):
+            tv = type(v)
+            if tv is str or tv is int or tv is bool or v is None:
+                continue
+            nv = _es_float(v) if tv is float else _es_ready(v)
+            if nv is not v:
+                if items is None:
+                    items = list(value)
+                items[i] = nv
+        return value if items is None else items
+    if t is str or t is int or t is bool or value is None:
+        return value
+    raise _Slow
+
+
+def _es_float(x: float) -> float | int:
+    if x.is_integer():
+        if abs(x) < _SAFE_FLOAT_INT:
+            return int(x)
+        raise _Slow  # repr would write a trailing .0 (or an exponent)
+    if "e" in (r := repr(x)) or "n" in r:
+        raise _Slow
+    return x
+
+
+# A surrogate (a lone one has no canonical form; the general writer refuses it) or a character
+# beyond the BMP (its UTF-16 code units sort member names otherwise than code points do).
+_NOT_C_SAFE = re.compile("[\ud800-\udfff\U00010000-\U0010ffff]")
+
+
+def _nested_fast(value: dict[Any, Any] | list[Any]) -> str | None:
+    """Floats, nesting and non-ASCII text through a C encoder, when its output is RFC 8785.
+
+    After `_es_ready`, orjson with sorted keys (or, for an integer beyond 64 bits, json.dumps
+    with sorted keys, no whitespace and ensure_ascii off) writes what RFC 8785 asks: the same
+    escapes, integers in exact decimal, floats as `repr` writes them, and member names in code
+    point order, which is UTF-16 order as long as no character lies beyond the BMP (such
+    output, or a surrogate, goes to the general writer)."""
+    try:
+        ready = _es_ready(value)
+    except _Slow:
+        return None
+    try:
+        out = orjson.dumps(ready, option=_SORTED).decode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits, a lone surrogate
+        try:
+            out = _FLAT.encode(ready)
+        except ValueError:
+            return None
+    return out if _NOT_C_SAFE.search(out) is None else None
+
+
 def canonical_json(value: Any) -> str:
     """Serialise parsed JSON (dict, list, str, int, float, bool, None) canonically."""
     if type(value) is dict:
         if (fast := _flat_orjson(value)) is not None:
             return fast
         if (fast := _flat_fast(value)) is not None:
+            return fast
+        if (fast := _nested_fast(value)) is not None:
             return fast
     return canonical_json_general(value)
 

@@ -104,3 +104,26 @@ def test_the_fast_path_for_flat_objects_equals_the_general_writer(d: dict[str, o
             canonical_json(d)
         return
     assert canonical_json(d) == general
+
+
+@pytest.mark.parametrize(
+    ("value", "fast"),
+    [
+        ({"level": 20.125, "état": "Überdruck", "limits": [0.5, 99.5], "n": 4.0}, True),
+        ({"a": {"b": [1, 2.5, None, True]}}, True),
+        ({"x": 1e21}, False),  # repr has an exponent: the general writer
+        ({"x": 1e-7}, False),
+        ({"x": 2.0**53}, False),  # integral beyond 2**53: repr would add .0
+        ({"\U0001f600": 1, "\ue000": 2}, False),  # UTF-16 order differs from code points
+        ({"w": "\ud800"}, False),  # a lone surrogate: refused by the general writer
+    ],
+)
+def test_the_c_encoder_path_takes_floats_and_nesting_but_not_what_it_would_write_otherwise(
+    value: dict[str, Any], fast: bool
+) -> None:
+    from agent.core.jcs import _nested_fast
+
+    got = _nested_fast(value)
+    assert (got is not None) == fast
+    if got is not None:
+        assert got == canonical_json_general(value)

@@ -49,3 +49,19 @@ def test_flat_payloads_with_any_integer_take_the_general_writers_form(d: dict[st
     # Beyond 2**53 our writer keeps integers exact (its one deviation): the fast paths
     # (orjson up to 64 bits, then the general writer) must write what the general writer writes.
     assert canonical_json(d) == canonical_json_general(d)
+
+
+floats = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300)
+@given(
+    st.dictionaries(
+        text,
+        floats | text | st.integers(min_value=-SAFE, max_value=SAFE) | st.lists(floats | text, max_size=4),
+        max_size=8,
+    )
+)
+def test_payloads_with_floats_nesting_and_non_ascii_are_rfc8785(d: dict[str, Any]) -> None:
+    # The shape a gateway's payload often has: what the C-encoder fast path (`_nested_fast`) takes.
+    assert canonical_json(d) == rfc8785.dumps(d).decode("utf-8")
