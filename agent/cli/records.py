@@ -30,6 +30,11 @@ from agent.store.store import Store
 
 IMPORT_SWITCH_INTERVAL_S = 0.001  # see import_into
 IMPORT_GC_THRESHOLD = 10_000  # see import_into
+# SQLite's page cache while a file is imported (its default is 2,000 KiB). A file whose
+# re-deliveries reach anywhere into the history looks up, updates the counts of and indexes
+# arrivals against canonical events all over the store: with the default cache most of those
+# pages were read again from the WAL or the file in every batch (docs/performance.md).
+IMPORT_PAGE_CACHE_KIB = 32 * 1024
 
 
 class ImportTally:
@@ -165,6 +170,7 @@ def import_cmd(
     async def go() -> None:
         store = await obj.open_store()
         try:
+            await store.set_page_cache(IMPORT_PAGE_CACHE_KIB)
             await import_into(store, file, receiver, as_json, tally, bar)
         finally:
             bar.finish()

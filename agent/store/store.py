@@ -118,6 +118,14 @@ class Store:
             pages = 4294967294 if max_bytes is None else max(1, max_bytes // int(rows[0][0]))
             await self.db.execute(f"PRAGMA max_page_count={int(pages)}")
 
+    async def set_page_cache(self, kib: int) -> None:
+        """SQLite's page cache of the writer's connection, in KiB (SQLite's default is 2,000 KiB).
+
+        The pages stay in memory up to this size for as long as the connection is open: `import`
+        raises it for the file's duration (see `agent.cli.records.IMPORT_PAGE_CACHE_KIB`)."""
+        async with self._lock:
+            await self.db.execute(f"PRAGMA cache_size=-{int(kib)}")
+
     async def __aenter__(self) -> Store:
         return self
 
