@@ -52,7 +52,8 @@ from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, Event, encode, transition_row_encoder
 from agent.sinks.http import HttpSink
 from agent.sinks.mqtt import MqttSink
-from agent.store.outbox import BatchOutcomes, Claimed
+from agent.store.outbox import BatchOutcomes
+from agent.store.outbox_head import Claimed
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
