@@ -18,7 +18,8 @@ import click
 
 from agent.cli import render
 from agent.cli.context import Context, run_async
-from agent.core.contract import ContractError, format_timestamp, parse_timestamp
+from agent.core.contract import ContractError
+from agent.core.timestamps import format_timestamp, parse_timestamp
 from agent.store.outbox_counts import UpstreamCounts
 
 _RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)")

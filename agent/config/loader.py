@@ -62,7 +62,7 @@ from agent.config.yaml_lines import (
     _Section,
     _text,
 )
-from agent.core.contract import check_site
+from agent.core.cloudevent_ids import check_site
 
 T = TypeVar("T")
 PATH_KEYS = frozenset({"ca_file", "cert_file", "key_file", "password_file", "token_file"})

@@ -30,7 +30,8 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from agent.core.contract import Rejection, format_timestamp
+from agent.core.contract import Rejection
+from agent.core.timestamps import format_timestamp
 from agent.ledger.arrivals import Arrival
 from agent.ledger.cloudevents import UNKNOWN_GATEWAY, BodyError, parse_body
 from agent.ledger.config import MqttIntake

@@ -43,10 +43,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.config.upstreams import Upstream
-from agent.core.contract import format_timestamp
 from agent.core.errors import StoreError
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, rejected, retry
+from agent.core.timestamps import format_timestamp
 from agent.service.flight import Drain, Flight, bounded, failed, publish_after, publish_beside, wait_or_stop
 from agent.service.upstream_sink import Clock, system_clock
 from agent.sinks.base import Sink

@@ -36,9 +36,9 @@ from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ModbusException
 
 from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
-from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
+from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.modbus.answers import (
