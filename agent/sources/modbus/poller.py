@@ -7,8 +7,9 @@ Reads follow :mod:`agent.sources.modbus.plan`: the boot id and all channel field
 request where the map allows (the boot id read again after the other blocks otherwise), the
 ring (header and slots, :mod:`agent.sources.modbus.ring`) in one request, and only when the
 tracker needs it (first read, after a reconnect, a boot change or a counter that moved by more
-than one). pymodbus' own reconnect is off (``reconnect_delay=0``): its default waits up to 300 s after a long outage,
-and our loop backs off with jitter and a cap instead (:func:`agent.sources.base.run_source`).
+than one). pymodbus' own reconnect is off (``reconnect_delay=0``): its default waits up to
+300 s after a long outage, and our loop backs off with jitter and a cap instead
+(:func:`agent.sources.base.run_source`).
 
 A poll whose registers are exactly those of the last poll on the same connection (boot id,
 fields, the boot id read again) adds nothing when the tracker said it was settled after that
