@@ -9,7 +9,7 @@
   private `_client` works (pinned `aiomqtt<3`; the tests here fail if an upgrade breaks it).
   A message is acknowledged only after the transaction holding its arrival committed. While
   PostgreSQL is away nothing is acknowledged: the batch is retried with backoff and the
-  broker holds the rest (its `max_queued_messages` must hold an outage: the README says so).
+  broker holds the rest (its `max_queued_messages` must hold an outage: docs/ledger-setup.md says so).
 * A message body is one CloudEvent (JSON object) or a batch (JSON array), as the gateway's MQTT
   sink sends them. A body that is neither is kept as a `rejected` arrival and acknowledged:
   redelivering it would never make it better.
