@@ -15,6 +15,8 @@ import yaml
 
 from agent.config import loader as config
 from agent.config.sources import Device
+from agent.sources.modbus.answers import ExceptionResponse
+from agent.sources.modbus.plan import Block
 from agent.sources.modbus.poller import NOTHING, ModbusSource
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
@@ -98,5 +100,43 @@ async def test_a_ring_that_cannot_be_read_is_asked_for_on_every_poll(plant: Plan
             assert obs is not NOTHING  # never skipped while the ring read is due
             assert src.tracker.ring_due
         assert "exception 2" in str(src.errors.states.get("ring"))
+    finally:
+        await src.close()
+
+
+async def test_an_unchanged_answer_costs_one_request_and_a_refusal_still_reads_channel_by_channel(
+    plant: Plant, tmp_path: Path
+) -> None:
+    dev = device_of(plant, tmp_path)
+    src = ModbusSource(dev, dev.connections[0])  # type: ignore[arg-type]
+    assert src._one is not None and src.plan.blocks == (src._one,)  # boot id and fields: one request
+    asked: list[Block] = []
+    refuse: set[Block] = set()
+    real = src.read_block
+
+    async def counted(block: Block) -> list[int]:
+        asked.append(block)
+        if block in refuse:
+            raise ExceptionResponse(block, 4)
+        return await real(block)
+
+    src.read_block = counted  # type: ignore[method-assign]
+    await src.connect()
+    try:
+        assert await src.poll() is not NOTHING  # the first read: ring included
+        assert await src.poll() is NOTHING  # settled: the registers are kept
+        asked.clear()
+        assert await src.poll() is NOTHING
+        assert asked == [src._one]  # one request, then a comparison: nothing else read
+
+        # A refusal on that request reads the boot id and each channel on their own, as before.
+        refuse.add(src._one)
+        asked.clear()
+        await plant.transition("PUMP-07", "Trip")
+        obs = await src.poll()
+        assert asked[0] == src._one and len(asked) > 1 and src._one not in asked[1:]
+        assert keys(obs) == [("PUMP-07/Trip", "1", "17", True)]
+        assert "exception 4" in str(src.errors.states.get("read"))
+        assert "reading channel by channel" in str(src.errors.states.get("read"))
     finally:
         await src.close()

@@ -119,6 +119,10 @@ class ModbusSource:
         self._tick: asyncio.Future[None] | None = None  # the sleep to the next tick, while it lasts
         # The registers of the last poll on this connection after which the tracker was settled.
         self._same: list[list[int] | None] | None = None
+        # The plan's one request, when one request holds the boot id and every field (no boot id
+        # read again): the poll of an unchanged answer is then that request and one comparison.
+        one = len(self.plan.blocks) == 1 and not self.plan.recheck_boot
+        self._one: Block | None = self.plan.blocks[0] if one else None
 
     # --- Source protocol ---------------------------------------------------------------------
 
@@ -199,8 +203,16 @@ class ModbusSource:
         """Read and observe once. Registers equal to those of the last poll on this connection,
         after which the tracker was settled, cannot hold anything new: nothing is decoded then."""
         self.polls += 1
+        ahead: FieldReads | None = None
+        if self._one is not None and self._same is not None and time.monotonic() >= self.split_until:
+            ahead = await self._read_one(self._one, self._same[0])
+            if ahead is None:
+                return NOTHING
         for _ in range(TORN_RETRIES):
-            fields, again = await self._read()
+            if ahead is not None:
+                fields, again, ahead = ahead, None, None
+            else:
+                fields, again = await self._read()
             same = None if fields.split else [*fields.got.values(), again]
             if same is not None and same == self._same:
                 return NOTHING
@@ -300,9 +312,26 @@ class ModbusSource:
             if not failed:
                 self.errors.set("read", None)
                 return FieldReads(got)
-            first = next(iter(failed.values()))
-            self.errors.set("read", f"{first}; reading channel by channel")
-            self.split_until = time.monotonic() + SPLIT_FOR_S
+            return await self._refused(failed)
+        return await self._read_split()
+
+    async def _read_one(self, block: Block, last: list[int] | None) -> FieldReads | None:
+        """`_read_fields` for a plan of one request, in one step: None when the registers equal
+        `last` (the "read" state is fine then already: `last` is kept only after such a read)."""
+        try:
+            regs = await self.read_block(block)
+        except ExceptionResponse as exc:
+            return await self._refused({block: str(exc)})
+        if regs == last:
+            return None
+        self.errors.set("read", None)
+        return FieldReads({block: regs})
+
+    async def _refused(self, failed: dict[Block, str]) -> FieldReads:
+        """After an exception response to the plan: channel by channel for a while."""
+        first = next(iter(failed.values()))
+        self.errors.set("read", f"{first}; reading channel by channel")
+        self.split_until = time.monotonic() + SPLIT_FOR_S
         return await self._read_split()
 
     async def _read_split(self) -> FieldReads:
