@@ -78,11 +78,13 @@ def plain(value: Any) -> Any:
         return format_timestamp(value)
     if isinstance(value, bytes | memoryview):
         return bytes(value).decode("utf-8", "backslashreplace")
-    if isinstance(value, dict | list):
-        return value
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
     if isinstance(value, float | int | str | bool) or value is None:
         return value
-    return str(value)
+    return str(value)  # Decimal and the like
 
 
 def export(rows: Sequence[Mapping[str, Any]], fmt: str, name: str) -> web.Response:
