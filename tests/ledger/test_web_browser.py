@@ -36,9 +36,11 @@ def off_loop(fn: Any) -> Any:
         return ex.submit(asyncio.run, fn()).result()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(pg_cluster: pgcluster.Cluster) -> Iterator[Any]:
-    # pg_cluster first: its set-up runs asyncio.run, which cannot run once Playwright's loop does.
+    # One browser for this module's tests. Module scope, not session: sync Playwright runs an event
+    # loop on this thread while it is open, and the async tests of other modules need the thread's
+    # loop free. pg_cluster first: its set-up runs asyncio.run, which cannot run inside that loop.
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
     )
