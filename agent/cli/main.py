@@ -16,8 +16,7 @@ from agent.cli.certs import certs
 from agent.cli.check import check
 from agent.cli.context import EXIT_CODES_HELP, Context, quiet_on_closed_stdout
 from agent.cli.demo import demo_cmd, simulate_cmd
-from agent.cli.ledger import ledger_group
-from agent.cli.ledger_web import review_group, web_cmd
+from agent.cli.ledger.group import ledger_group
 from agent.cli.outbox import outbox_cmd, replay_cmd
 from agent.cli.prune import prune_cmd
 from agent.cli.records import boots_cmd, import_cmd, pending_cmd, report_cmd
@@ -26,9 +25,6 @@ from agent.cli.service import run_cmd, status_cmd
 from agent.config.store import DEFAULT_CONFIG
 from agent.config.units import parse_size
 from agent.core.errors import ConfigError
-
-ledger_group.add_command(web_cmd)
-ledger_group.add_command(review_group)
 
 COMMANDS = (
     import_cmd,

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 from agent.ledger.web.pool import Pool
 from agent.ledger.web.security import Guard
 

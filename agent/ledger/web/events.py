@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 from agent.ledger import review
 from agent.ledger.web import queries
 from agent.ledger.web.common import (

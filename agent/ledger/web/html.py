@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 
 
 class Markup(str):

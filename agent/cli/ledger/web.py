@@ -12,7 +12,7 @@ import signal
 
 import click
 
-from agent.cli.ledger import LedgerContext, run_ledger
+from agent.cli.ledger.context import LedgerContext, run_ledger
 
 
 def _listen(value: str) -> tuple[str, int]:
