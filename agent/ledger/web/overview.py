@@ -56,22 +56,39 @@ def fleet_rows(rows: list[dict[str, Any]], silent_after: float) -> list[dict[str
     return out
 
 
+async def totals(conn: queries.Conn) -> tuple[dict[str, Any], set[str]]:
+    """The overview's counts, and which of them are estimates (a big table's, see EXACT_UP_TO)."""
+    estimates = {r["relname"]: int(r["n"]) for r in await queries.fetch(conn, queries.ESTIMATES)}
+    counts: dict[str, Any] = {}
+    estimated: set[str] = set()
+    for key, relation, sql in (
+        ("events", "canonical_event", queries.COUNT_EVENTS),
+        ("arrivals", "arrival", queries.COUNT_ARRIVALS),
+    ):
+        guess = estimates.get(relation, -1)
+        if guess > queries.EXACT_UP_TO:
+            counts[key] = guess
+            estimated.add(key)
+        else:
+            counts[key] = (await queries.fetch(conn, sql))[0]["n"]
+    counts.update((await queries.fetch(conn, queries.SUMMARY))[0])
+    return counts, estimated
+
+
 async def overview(request: web.Request) -> web.StreamResponse:
     fmt = export_format(request)
     async with request.app[POOL].reading() as conn:
-        counts = (await queries.fetch(conn, queries.SUMMARY))[0]
+        counts, estimated = await totals(conn)
         fleet = fleet_rows(await queries.fetch(conn, queries.FLEET), request.app[SILENT_AFTER])
     if fmt in ("csv", "json"):
-        return export(fleet if fmt == "csv" else [{"summary": counts, "fleet": fleet}], fmt, "overview")
-    cells = [
-        tag(
-            "div",
-            tag("span", link(COUNT_LINKS[k], v) if k in COUNT_LINKS else v, class_="n"),
-            tag("span", k.replace("_", " ")),
-            class_="count",
-        )
-        for k, v in counts.items()
-    ]
+        doc = {"summary": counts, "estimated": sorted(estimated), "fleet": fleet}
+        return export(fleet if fmt == "csv" else [doc], fmt, "overview")
+    cells = []
+    for k, v in counts.items():
+        shown = f"~{v:,}" if k in estimated else v
+        label = k.replace("_", " ") + (" (estimate)" if k in estimated else "")
+        number = link(COUNT_LINKS[k], shown) if k in COUNT_LINKS else shown
+        cells.append(tag("div", tag("span", number, class_="n"), tag("span", label), class_="count"))
     rows = []
     for g in fleet:
         mark = tag("span", "SILENT", class_="silent") if g["silent"] else tag("span", "ok", class_="ok")

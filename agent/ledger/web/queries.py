@@ -28,9 +28,18 @@ def _where(parts: list[LiteralString]) -> LiteralString:
 
 # --- overview -------------------------------------------------------------------------------
 
+# The two big tables are counted exactly only while they are small; beyond EXACT_UP_TO rows the
+# overview shows the planner's estimate (pg_class.reltuples, kept by ANALYZE/autovacuum), marked as
+# such: counting two million arrivals on every page view would cost more than the page itself.
+EXACT_UP_TO = 200_000
+ESTIMATES: LiteralString = (
+    "SELECT c.relname, c.reltuples::bigint AS n FROM pg_class c"
+    " WHERE c.oid IN ('canonical_event'::regclass, 'arrival'::regclass)"
+)
+COUNT_EVENTS: LiteralString = "SELECT count(*) AS n FROM canonical_event"
+COUNT_ARRIVALS: LiteralString = "SELECT count(*) AS n FROM arrival"
 SUMMARY: LiteralString = (
-    "SELECT (SELECT count(*) FROM canonical_event) AS events, (SELECT count(*) FROM arrival) AS arrivals,"
-    " (SELECT count(*) FROM conflict x WHERE NOT EXISTS"
+    "SELECT (SELECT count(*) FROM conflict x WHERE NOT EXISTS"
     "   (SELECT 1 FROM review_mark m WHERE m.arrival_id = x.arrival_id)) AS conflicts_open,"
     " (SELECT count(*) FROM pending p WHERE p.state = 'open' AND NOT EXISTS"
     "   (SELECT 1 FROM review_mark m WHERE m.arrival_id = p.arrival_id)) AS pending_open,"
