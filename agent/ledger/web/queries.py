@@ -241,6 +241,6 @@ def page_queries(sample: dict[str, Any]) -> dict[str, tuple[LiteralString, dict[
         "event-notifications": (EVENT_NOTIFICATIONS, {"id": sample["canonical_id"]}),
         "conflicts": (conflicts_sql({"state": "open"}), lim),
         "pending": (pending_sql({"state": "open"}), lim),
-        "notifications-dead": (notifications_sql({"state": "dead"}), lim),
+        "notifications-dead": (notifications_sql({"state": "dead"}), {**lim, "state": "dead"}),
         "notifications": (notifications_sql({}), lim),
     }
