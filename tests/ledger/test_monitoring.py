@@ -133,7 +133,12 @@ async def test_every_named_metric_is_exported_and_the_status_record_reaches_the_
                     found = await cur.fetchone()
                     cur = await conn.execute("SELECT count(*) FROM canonical_event")
                     events = (await cur.fetchone() or [0])[0]
-                if found is not None and events >= 1:
+                # the first record may predate the first poll (link "connecting"): wait for one after it
+                if (
+                    found is not None
+                    and events >= 1
+                    and any(d["link"] == "up" for d in found[0]["devices"].values())
+                ):
                     status = found[0]
                     break
             gw_text = await asyncio.to_thread(scrape, gw_port)
@@ -144,7 +149,9 @@ async def test_every_named_metric_is_exported_and_the_status_record_reaches_the_
         stop_ledger.set()
         await ledger
         broker.stop()
-    assert status is not None, "no status record of gw-mon reached gateway_status (or no event arrived)"
+    assert status is not None, (
+        "no status record of gw-mon with its link up reached gateway_status (or no event)"
+    )
     assert status["upstreams"]["ledger"]["backlog"] >= 0 and status["store_room_bytes"] > 0
     assert any(d["link"] == "up" for d in status["devices"].values())
     async with await psycopg.AsyncConnection.connect(ledger_dsn) as conn:

@@ -356,3 +356,18 @@ def test_ledger_review_mark_command_appends_the_same_mark(filled: str) -> None:
     assert empty.returncode == 2
     dup = subprocess.run([*cmd[:8], "2", *cmd[9:]], capture_output=True, text=True, timeout=60)
     assert dup.returncode == 2 and "only conflicts and identity-incomplete" in dup.stderr
+
+
+async def test_the_pages_connections_cannot_write(filled: str) -> None:
+    import psycopg
+
+    pool = Pool(filled, size=1)
+    try:
+        async with pool.reading() as conn:
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                await conn.execute(
+                    "INSERT INTO review_mark (arrival_id, kind, note) VALUES (8, 'identity_incomplete', 'x')"
+                )
+    finally:
+        await pool.close()
+    assert await marks(filled) == []

@@ -1,12 +1,15 @@
 """A few PostgreSQL connections shared by the page handlers (no extra dependency).
 
-Each page borrows one connection for its queries; reads run in a READ ONLY transaction that is
-rolled back at the end, so a GET can never write (even through a mistake in a query).
+Reading connections are in autocommit with `default_transaction_read_only` on for their session:
+every statement is its own read-only transaction (no BEGIN/ROLLBACK round trips per page), and a
+GET can never write, even through a mistake in a query. The two writes (a review mark, a
+notification retry) borrow the one writing connection, whose code commits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,13 +29,21 @@ class Pool:
         self._idle: asyncio.Queue[Conn] = asyncio.Queue()
         self._opened = 0
         self._lock = asyncio.Lock()
+        self._writer: Conn | None = None
+        self._writing = asyncio.Lock()
+
+    async def _open_reader(self) -> Conn:
+        conn = await connect(self._dsn, password=self._password)
+        await conn.set_autocommit(True)
+        await conn.execute("SET default_transaction_read_only = on")
+        return conn
 
     async def _get(self) -> Conn:
         async with self._lock:
             if self._idle.empty() and self._opened < self._size:
                 self._opened += 1
                 try:
-                    return await connect(self._dsn, password=self._password)
+                    return await self._open_reader()
                 except BaseException:
                     self._opened -= 1
                     raise
@@ -47,34 +58,36 @@ class Pool:
         self._idle.put_nowait(conn)
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Conn]:
-        """A connection for a write (the caller commits)."""
+    async def reading(self) -> AsyncIterator[Conn]:
+        """A read-only connection (each statement its own read-only transaction)."""
         conn = await self._get()
         try:
             yield conn
-        except BaseException:
-            if not conn.closed:
-                try:
-                    await conn.rollback()
-                except psycopg.Error:
-                    await conn.close()
-            raise
         finally:
             self._put(conn)
 
     @asynccontextmanager
-    async def reading(self) -> AsyncIterator[Conn]:
-        """A connection inside a READ ONLY transaction, rolled back afterwards."""
-        async with self.connection() as conn:
-            await conn.execute("SET TRANSACTION READ ONLY")  # psycopg opened the transaction
+    async def connection(self) -> AsyncIterator[Conn]:
+        """The writing connection, one user at a time (the caller's code commits)."""
+        async with self._writing:
+            if self._writer is None or self._writer.closed:
+                self._writer = await connect(self._dsn, password=self._password)
+            conn = self._writer
             try:
                 yield conn
-            finally:
+            except BaseException:
                 if not conn.closed:
-                    await conn.rollback()
+                    try:
+                        await conn.rollback()
+                    except psycopg.Error:
+                        await conn.close()
+                raise
 
     async def close(self) -> None:
         while not self._idle.empty():
-            conn = self._idle.get_nowait()
-            await conn.close()
+            await self._idle.get_nowait().close()
         self._opened = 0
+        if self._writer is not None:
+            with contextlib.suppress(psycopg.Error):
+                await self._writer.close()
+            self._writer = None
