@@ -59,6 +59,7 @@ def test_every_page_query_uses_an_index_on_a_big_ledger(big: str) -> None:
         extra = {
             "overview-summary": (queries.SUMMARY, {}),
             "overview-estimates": (queries.ESTIMATES, {}),
+            "notification-counts": (queries.NOTIFICATION_COUNTS, {}),
             "conflicts-reviewed": (queries.conflicts_sql({"state": "reviewed"}), {"limit": 50}),
             "pending-gateway": (queries.pending_sql({"gateway": 1}), {"limit": 50, "gateway": "gw-3"}),
             "events-paged": (queries.events_sql({"before": 1}), {"limit": 50, "before": EVENTS // 2}),

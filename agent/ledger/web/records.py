@@ -19,10 +19,20 @@ from agent.ledger.web.common import (
     text_param,
 )
 from agent.ledger.web.forms import retry_form, sign_in_hint
-from agent.ledger.web.html import Markup, exports, filter_form, link, page, pre, table, tag, url
+from agent.ledger.web.html import Markup, esc, exports, filter_form, link, page, pre, table, tag, url
 
 NOTIFICATION_STATES = ("", "pending", "sent", "dead")
 _EPOCH = datetime.min.replace(tzinfo=UTC)
+
+
+async def notification_counts(conn: queries.Conn) -> dict[str, str]:
+    """Rows per state; `sent` is `~N` (an estimate) on a big outbox (see queries.NOTIFICATION_COUNTS)."""
+    c = (await queries.fetch(conn, queries.NOTIFICATION_COUNTS))[0]
+    if int(c["estimate"]) > queries.EXACT_UP_TO:
+        sent = f"~{max(0, int(c['estimate']) - c['pending'] - c['dead']):,}"
+    else:
+        sent = str((await queries.fetch(conn, queries.COUNT_SENT))[0]["n"])
+    return {"pending": str(c["pending"]), "sent": sent, "dead": str(c["dead"])}
 
 
 def timeline_of(boots: list[dict[str, Any]], anomalies: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -101,15 +111,15 @@ async def notifications(request: web.Request) -> web.StreamResponse:
     fmt = export_format(request)
     async with request.app[POOL].reading() as conn:
         rows = await queries.fetch(conn, queries.notifications_sql(f), {**f, "limit": limit})
-        counts = await queries.fetch(conn, queries.NOTIFICATION_COUNTS)
+        counts = await notification_counts(conn)
     if fmt in ("csv", "json"):
         return export(rows, fmt, "notifications")
     shown = {k: v for k, v in f.items() if k != "before" and v}
     by_state = tag(
         "p",
         *(
-            Markup(f"{link(url('/notifications', {'state': c['state']}), c['state'])}: {c['n']} &nbsp; ")
-            for c in counts
+            Markup(f"{link(url('/notifications', {'state': state}), state)}: {esc(n)} &nbsp; ")
+            for state, n in counts.items()
         ),
         class_="states",
     )
