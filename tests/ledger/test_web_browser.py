@@ -90,7 +90,7 @@ def site(pg_cluster: pgcluster.Cluster, tmp_path_factory: pytest.TempPathFactory
             "web",
             "--listen",
             "127.0.0.1:0",
-            "--token-file",
+            "--auth-file",
             str(tmp / "token"),
         ],
         stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """`edge-agent ledger web`: the review page (operator.md section 1), and `ledger review mark`.
 
-Loopback and read-only by default; with --token-file a signed-in person can append review marks
+Loopback and read-only by default; with --auth-file a signed-in person can append review marks
 and retry dead notifications (the code of `ledger review mark` and `ledger notifications retry`).
 """
 
@@ -27,11 +27,12 @@ def _listen(value: str) -> tuple[str, int]:
     "--listen", default="127.0.0.1:8089", show_default=True, metavar="HOST:PORT", help="Where to serve."
 )
 @click.option(
-    "--token-file",
+    "--auth-file",
+    "auth_file",
     metavar="FILE",
     type=click.Path(exists=True, dir_okay=False, readable=True),
-    help="Allow the writes (review marks, notification retries) to who signs in with this token. "
-    "Without it the page is read-only.",
+    help="Allow the writes (review marks, notification retries) to whoever signs in with this file's "
+    "content (a file, as for the HTTP intake). Without it the page is read-only.",
 )
 @click.option(
     "--silent-after",
@@ -41,7 +42,7 @@ def _listen(value: str) -> tuple[str, int]:
     help="Seconds without an arrival or a status record after which a gateway is marked silent.",
 )
 @click.pass_obj
-def web_cmd(obj: LedgerContext, listen: str, token_file: str | None, silent_after: float) -> None:
+def web_cmd(obj: LedgerContext, listen: str, auth_file: str | None, silent_after: float) -> None:
     """Serve the review page: overview and fleet, events, conflicts, pending, gaps and boots, notifications.
 
     Server-rendered HTML (no script), every page filterable in its address and exportable as CSV
@@ -49,7 +50,7 @@ def web_cmd(obj: LedgerContext, listen: str, token_file: str | None, silent_afte
 
     \b
       edge-agent ledger web                                   # http://127.0.0.1:8089/
-      edge-agent ledger web --token-file /etc/edge-ledger/web-token
+      edge-agent ledger web --auth-file /etc/edge-ledger/web-token
 
     Exit 0 after Ctrl-C or SIGTERM, 69 PostgreSQL unreachable, 74 the schema is not this program's.
     """
@@ -59,9 +60,9 @@ def web_cmd(obj: LedgerContext, listen: str, token_file: str | None, silent_afte
 
     host, port = _listen(listen)
     try:
-        guard = Guard.from_file(token_file)
+        guard = Guard.from_file(auth_file)
     except (OSError, ValueError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--token-file") from exc
+        raise click.BadParameter(str(exc), param_hint="--auth-file") from exc
 
     async def go() -> None:
         conn = await obj.open(migrate=False)  # the schema must be this program's
