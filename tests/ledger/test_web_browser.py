@@ -220,6 +220,10 @@ def test_a_mark_made_in_the_browser_is_listed_and_no_foreign_post_writes(
     ) and "firmware re-sent the severity; canonical kept" in page.inner_text("main")
     page.goto(urljoin(base, "/conflicts?state=reviewed"))
     assert "by ana: firmware re-sent the severity" in page.inner_text("main")
+    shots = os.environ.get("EDGE_WEB_SCREENSHOTS")
+    if shots:  # signed in: the mark listed and the form to add another
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.screenshot(path=str(Path(shots) / "conflicts-signed-in.png"), full_page=True)
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
     before = dump(site)
 

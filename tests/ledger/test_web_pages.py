@@ -371,3 +371,21 @@ async def test_the_pages_connections_cannot_write(filled: str) -> None:
     finally:
         await pool.close()
     assert await marks(filled) == []
+
+
+async def test_conflicts_mark_exactly_the_fields_that_differ(client: TestClient) -> None:  # type: ignore[type-arg]
+    text = await (await client.get("/conflicts?source=PUMP-08/Trip")).text()
+    assert (
+        '<tr class="differs"><td>payload.severity</td><td>&quot;High&quot;</td><td>&quot;Low&quot;</td></tr>'
+        in text
+    )
+    assert '<tr class="differs"><td>payload hash</td>' in text
+    assert "<tr><td>payload.state</td>" in text and "<tr><td>sourceTimestamp</td>" in text
+    assert "<tr><td>gateway</td>" in text  # evidence, never part of a conflict
+    from agent.ledger.web.review_pages import differing
+
+    assert differing({"a": 1, "b": 2}, {"a": 1, "c": 2}) == [
+        ("a", 1, 1, False),
+        ("b", 2, differing.__globals__["_ABSENT"], True),
+        ("c", differing.__globals__["_ABSENT"], 2, True),
+    ]

@@ -46,13 +46,10 @@ def differing(left: Any, right: Any) -> list[tuple[str, Any, Any, bool]]:
 
 def side_by_side(c: dict[str, Any]) -> Markup:
     canon, other = as_json(c["canonical_payload"]), as_json(c["conflicting_payload"])
+    # Marked: what the payload hash covers (the source time and the payload's fields); the
+    # gateway and the arrival time are evidence, shown but never part of a conflict.
     rows = [
-        (
-            "gateway",
-            c["canonical_gateway"],
-            c["conflicting_gateway"],
-            c["canonical_gateway"] != c["conflicting_gateway"],
-        ),
+        ("gateway", c["canonical_gateway"], c["conflicting_gateway"], False),
         ("arrivalAt", plain(c["canonical_arrival_at"]), plain(c["conflicting_arrival_at"]), False),
         (
             "sourceTimestamp",
