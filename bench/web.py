@@ -9,7 +9,7 @@ process (one round trip). Page and bare alternate in rounds (medians of p50 and 
 rounds are not used: the percentiles are taken over all requests of every round together).
 
     python bench/web.py                   # 1,000,000 events, 200 requests per page and variant, 4 rounds
-    python bench/web.py --quick           # 20,000 events, 20 requests: a smoke run
+    python bench/web.py --quick           # 5,000 events, 10 requests: a smoke run
 """
 
 from __future__ import annotations
@@ -110,10 +110,10 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--requests", type=int, default=200, help="per page and variant, over all rounds")
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--quick", action="store_true", help="20,000 events and 20 requests (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="5,000 events and 10 requests (a smoke run)")
     a = ap.parse_args()
     if a.quick:
-        a.events, a.requests, a.rounds = 20_000, 20, 2
+        a.events, a.requests, a.rounds = 5_000, 10, 2
     bindir = pgcluster.find_binaries()
     if bindir is None:
         sys.exit("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
