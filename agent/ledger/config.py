@@ -26,6 +26,7 @@ from agent.config.yaml_lines import (
     _Section,
     _text,
 )
+from agent.ledger.config_views import DEFAULT_STATUS_TOPIC, MetricsSettings, WebSettings, views
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\s]+):(?P<port>\d{1,5})")
@@ -82,6 +83,9 @@ class LedgerConfig:
     http: HttpIntake | None
     notify: tuple[NotifyRule, ...]
     file: str
+    metrics: MetricsSettings | None = None
+    web: WebSettings | None = None
+    status_topic: str = DEFAULT_STATUS_TOPIC
 
 
 def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
@@ -101,6 +105,7 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
         _rule(_Section(ctx, entry, f"notify[{i}]", top.key_line("notify")))
         for i, entry in enumerate(top.get("notify", _list, _no_rules()))
     ]
+    metrics, web, status_topic = views(top, check_files)
     top.finish()
     if mqtt is None and http is None and not problems:
         problems.append(
@@ -114,7 +119,7 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
             )
     if problems:
         raise ConfigProblems(problems)
-    return LedgerConfig(dsn, password_file, mqtt, http, tuple(rules), str(main))
+    return LedgerConfig(dsn, password_file, mqtt, http, tuple(rules), str(main), metrics, web, status_topic)
 
 
 def _no_rules() -> list[Any]:

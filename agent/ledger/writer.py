@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from agent.core.decide import Outcome
-from agent.ledger import arbiter, migrations
+from agent.ledger import arbiter, metrics, migrations
 from agent.ledger.arrivals import Arrival
 from agent.ledger.config import NotifyRule
 from agent.ledger.connection import connect, describe
@@ -90,13 +90,20 @@ class Writer:
     async def record(self, batch: Sequence[Arrival]) -> list[Outcome]:
         """Commit one batch and return its outcomes, or raise LedgerUnavailable (nothing kept)."""
         async with self._lock:
-            conn = await self._ensure()
             try:
-                return await arbiter.record(conn, batch, rules=self._rules)
-            except LedgerUnavailable:
-                await self._drop()
-                self._failed()
+                conn = await self._ensure()
+                t0 = time.perf_counter()
+                try:
+                    outcomes = await arbiter.record(conn, batch, rules=self._rules)
+                except LedgerUnavailable:
+                    await self._drop()
+                    self._failed()
+                    raise
+            except Exception as exc:
+                metrics.failed(batch, type(exc).__name__)
                 raise
+            metrics.committed(batch, outcomes, time.perf_counter() - t0)
+            return outcomes
 
     async def _drop(self) -> None:
         if self._conn is not None:

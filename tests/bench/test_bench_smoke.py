@@ -292,3 +292,20 @@ def test_opcua_subscribe_of_a_few_transitions_compares_with_a_bare_asyncua_clien
 def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
     # node and bench/node's node-opcua-server are optional: without them the bench says so and exits 0.
     _opcua_subscribe_smoke("node-opcua")
+
+
+def test_web_quick_times_each_page_beside_its_bare_query() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("web.py", "--quick")
+    assert got["bench"] == "web" and got["events"] == 5_000
+    assert set(got["pages"]) >= {"overview", "events", "event", "conflicts_open", "pending_open", "timeline"}
+    for name, page in got["pages"].items():
+        assert page["requests"] == 10, name
+        assert page["bare_p50_ms"] > 0 and 0 < page["page_p50_ms"] <= page["page_p95_ms"], name
+        assert page["page_vs_bare_p50"] > 0, name
+    assert got["max_page_p95_ms"] == max(p["page_p95_ms"] for p in got["pages"].values())

@@ -141,6 +141,8 @@ def test_the_example_config_loads() -> None:
         ["notifications"],
         ["notifications", "retry"],
         ["demo"],
+        ["web"],
+        ["review", "mark"],
     ],
     ids=lambda c: " ".join(c),
 )
