@@ -232,5 +232,5 @@ def test_opcua_subscribe_of_a_few_transitions_compares_with_a_bare_asyncua_clien
 
 
 def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
-    # node and bench/node's node-opcua-server are optional: without them the bench says so and exits 0.
+    # node and peers/node's node-opcua-server are optional: without them the bench says so and exits 0.
     _opcua_subscribe_smoke("node-opcua")
