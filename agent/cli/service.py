@@ -266,6 +266,8 @@ def _service_lines(status: dict[str, Any]) -> list[str]:
     for c in conns:
         if c.get("last_error"):
             out += render.wrapped(f"{c['device']} via {c['receiver']}: last error", c["last_error"])
+        for what, problem in sorted((c.get("problems") or {}).items()):
+            out += render.wrapped(f"{c['device']} via {c['receiver']}: {what}", problem)
     return out
 
 

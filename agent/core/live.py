@@ -30,6 +30,9 @@ class ConnectionLive:
     polls: int = 0
     read_errors: int = 0
     last_error: str | None = None
+    # What is wrong while the link is up, by what it concerns (e.g. "alarms": a refused
+    # ConditionRefresh, "Trip": a Modbus exception): the source's current warnings, not a history.
+    problems: dict[str, str] = field(default_factory=dict)
 
     @property
     def last_poll_at(self) -> str | None:

@@ -28,6 +28,7 @@ import yaml
 
 from agent.config import loader as config
 from agent.config.sources import Device
+from agent.core.live import ServiceLive
 from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
 from agent.store import report
@@ -69,7 +70,7 @@ class View:
         return gaps + await self._all(report.anomalies(self.store.db, gaps=False))
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
     """Wait until ``check`` holds (a hang backstop, not a performance check)."""
     deadline = time.monotonic() + timeout
     while not await check():
@@ -111,14 +112,16 @@ class Rig:
         return config.load(path).devices
 
     @asynccontextmanager
-    async def agent(self, db: str = "store.db") -> AsyncIterator[View]:
-        """The agent running (pollers + recorder) on ``tmp/<db>``; leaving it stops the agent."""
+    async def agent(self, db: str = "store.db", live: ServiceLive | None = None) -> AsyncIterator[View]:
+        """The agent running (pollers + recorder) on ``tmp/<db>``; leaving it stops the agent.
+        ``live`` collects what ``status`` shows of the connection."""
         store = await Store.open(self.tmp / db)
         recorder = Recorder(store)
         stop, stop_recorder = asyncio.Event(), asyncio.Event()
         rec = asyncio.create_task(recorder.run(stop_recorder), name="recorder")
         pollers = asyncio.create_task(
-            run_pollers(self.devices(), recorder, stop, alarm_memory=store.read_alarm_memory), name="pollers"
+            run_pollers(self.devices(), recorder, stop, live, alarm_memory=store.read_alarm_memory),
+            name="pollers",
         )
         try:
             yield View(store)

@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
+from agent.cli.service import status_lines
+from agent.core.live import ServiceLive
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(120)]
 
 PLC = "PLC-1"
 NOTIFIER = f"{PLC}/alarms"
@@ -314,7 +317,8 @@ async def test_a_server_that_refuses_condition_refresh_still_delivers_live_and_r
         )
     await rig.peer.refuse(status)
     caplog.set_level(logging.INFO, logger="agent")
-    async with rig.agent() as view:
+    live = ServiceLive(started_at="2026-04-22T08:00:00.000Z", pid=1, config="c.yaml")
+    async with rig.agent(live=live) as view:
         await wait_until(lambda: refused(rig, 1))
         await rig.alarm("HighTemp", "activate")
         await wait_until(lambda: has_events(view, 1))
@@ -331,5 +335,11 @@ async def test_a_server_that_refuses_condition_refresh_still_delivers_live_and_r
         assert status in gap["evidence"]["refresh_refused"]
         assert decisions(await view.arrivals()) == [(src(rig, "HighTemp"), "inserted", "live", [])] * 2
         assert rig.peer.refused() == [status, status]
+        [conn] = live.connections  # what `status` shows while the link is up
+        assert conn.state == "up" and status in conn.problems["alarms"]
+        store = {"path": "s.db", "store_bytes": 1, "fs_free_bytes": 1, "days_that_fit": None}
+        shown = status_lines({"service": live.snapshot(), "running": True, "upstreams": [], "store": store})
+        assert any("PLC-1 via opcua:" in line and "alarms" in line for line in shown)
+        assert status in "\n".join(shown)
     said = [r.getMessage() for r in caplog.records if "ConditionRefresh refused" in r.getMessage()]
     assert len(said) == 1 and status in said[0]  # two refusals, one state: said once
