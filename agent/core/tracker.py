@@ -78,12 +78,14 @@ class Resume:
     """Where a tracker starts: what the store recorded for the device (plain data, no store).
 
     ``boot``: the device's last boot seen live; ``counters``: the last transitionId recorded per
-    channel in that boot; ``ring_head``: the ring head last read. All empty for a new device.
+    channel in that boot; ``ring_head``: the ring head last read; ``windows``: per window channel,
+    the latest source time of its events in the store (contract text). All empty for a new device.
     """
 
     boot: str | None = None
     counters: Mapping[str, int] = field(default_factory=dict)
     ring_head: int | None = None
+    windows: Mapping[str, str] = field(default_factory=dict)
 
 
 class DeviceTracker:
@@ -104,7 +106,7 @@ class DeviceTracker:
         self.ring_due = True
         self._recent: OrderedDict[ReadIdentity, None] = OrderedDict()
         self._recent_max = RECENT_READS
-        self.windows = WindowChanges(device)
+        self.windows = WindowChanges(device, recorded=start.windows)
 
     def reconnected(self) -> None:
         """Call after every (re)connect: the next snapshot reads the ring (the outage may hide entries)."""
@@ -221,7 +223,7 @@ class DeviceTracker:
         anomalies: list[Anomaly] = []
         for ch in snap.channels:
             if ch.window_ms is not None:  # no counter: a window key when the state changes
-                if (window_delivery := self.windows.observe(snap, ch)) is not None:
+                if (window_delivery := self.windows.observe(snap, ch, notes)) is not None:
                     out.append(window_delivery)
                 continue
             tid = ch.transition_id
