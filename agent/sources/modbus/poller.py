@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import termios
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -146,10 +147,20 @@ class ModbusSource:
                 ok = await client.connect()
         except (TimeoutError, OSError, ModbusException) as exc:
             raise SourceUnavailable(f"cannot connect: {exc or type(exc).__name__}") from exc
+        except termios.error as exc:  # a serial line that refuses the settings (not an OSError)
+            raise SourceUnavailable(f"cannot configure the serial line ({self._line()}): {exc}") from exc
         if not ok:
+            if isinstance(c, ModbusRtu):
+                raise SourceUnavailable(f"cannot open the serial line ({self._line()})")
             raise SourceUnavailable("cannot connect (refused or unreachable)")
         self._same = None
         self.tracker.reconnected()
+
+    def _line(self) -> str:
+        c = self.conn
+        if not isinstance(c, ModbusRtu):
+            return ""
+        return f"{c.serial}, {c.baudrate} baud, {c.bytesize}{c.parity}{c.stopbits}"
 
     async def close(self) -> None:
         self._same = None
