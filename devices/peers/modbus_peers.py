@@ -21,6 +21,7 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -180,4 +181,8 @@ class ModbusSerialTcp(PeerModbus):
     """npm modbus-serial's TCP server serving one controller on a free port of 127.0.0.1."""
 
     def __init__(self, controller: Controller) -> None:
-        super().__init__(controller, ["node", str(TCP_SCRIPT), "0"])
+        # modbus-serial takes port 0 for "the default", 502: a free port is picked here instead.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        super().__init__(controller, ["node", str(TCP_SCRIPT), str(port)])

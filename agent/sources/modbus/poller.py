@@ -44,6 +44,7 @@ from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.modbus.answers import (
+    GATEWAY_CODES,
     BadResponse,
     ExceptionResponse,
     channel_from_registers,
@@ -249,7 +250,10 @@ class ModbusSource:
             # no longer be trusted.
             raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
         if rr.isError():
-            raise ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
+            refused = ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
+            if refused.code in GATEWAY_CODES:  # the device behind a gateway: unavailable as a whole
+                raise SourceUnavailable(str(refused))
+            raise refused
         bits = block.table in BIT_TABLES
         values = list(rr.bits if bits else rr.registers)
         problem = response_problem(
