@@ -44,6 +44,7 @@ CREATE TABLE public.arrival (
     line integer,
     ce_id text,
     raw bytea NOT NULL,
+    arrival_key bytea NOT NULL,
     CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text]))),
     CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
     CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
@@ -165,6 +166,9 @@ ALTER TABLE ONLY public.anomaly
 
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.arrival
+    ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
 
 ALTER TABLE ONLY public.arrival
     ADD CONSTRAINT arrival_pkey PRIMARY KEY (id);
