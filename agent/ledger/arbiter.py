@@ -107,7 +107,7 @@ async def record(
             if not failover.unavailable(exc):
                 raise
             raise LedgerUnavailable(f"PostgreSQL: {exc}".strip()) from exc
-    raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times (deadlock, serialization, a racing arrival)")
+    raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times (deadlock, serialization, race)")
 
 
 _NUL = "\x00"
