@@ -159,19 +159,26 @@ class Pair:
         self.sync = sync
         self.durable = durable
         self.generation = 0
+        self.dbname = "postgres"
+        self.failed_over = False
         self.primary = create(bindir, durable=durable)
         self.primary.options = "-c cluster_name=n0"
         self._sync_setting(self.primary)
         self.standby = self._standby_of(self.primary, free_port())
         self.wait_streaming()
 
-    def dsn(self, dbname: str = "postgres", *, order: tuple[int, int] | None = None) -> str:
+    def dsn(self, dbname: str | None = None, *, order: tuple[int, int] | None = None) -> str:
         """A multi-host DSN naming both servers (primary first unless `order` says otherwise)."""
         ports = order or (self.primary.port, self.standby.port)
         return (
-            f"host=127.0.0.1,127.0.0.1 port={ports[0]},{ports[1]} user=postgres dbname={dbname}"
-            " connect_timeout=3"
+            f"host=127.0.0.1,127.0.0.1 port={ports[0]},{ports[1]} user=postgres"
+            f" dbname={dbname or self.dbname} connect_timeout=3"
         )
+
+    def new_database(self, name: str) -> None:
+        """A fresh database on the primary (replicated), the default of `dsn()` from now on."""
+        _sql(self.primary, f"CREATE DATABASE {name}")
+        self.dbname = name
 
     def _sync_setting(self, cluster: Cluster) -> None:
         names = "FIRST 1 (*)" if self.sync else ""
@@ -224,6 +231,7 @@ class Pair:
         if proc.returncode != 0:
             raise RuntimeError(f"pg_ctl promote failed: {proc.stderr or proc.stdout}")
         self.primary, self.standby = self.standby, self.primary
+        self.failed_over = True
 
     def rejoin(self) -> None:
         """The old primary (now `standby`, stopped) is thrown away; a fresh standby of the new
@@ -234,6 +242,7 @@ class Pair:
         self.standby = self._standby_of(self.primary, old.port)
         self._sync_setting(self.primary)
         self.wait_streaming()
+        self.failed_over = False
 
     def stop_standby(self) -> None:
         self.standby.stop("fast")

@@ -1,0 +1,164 @@
+"""The ledger through a database failover (ledger.md section 7), with real parts: a primary and a
+synchronous streaming standby made from the PostgreSQL binaries (`pgcluster.Pair`), our own
+Mosquitto, the ledger's intakes running in this process.
+
+* two gateways (MQTT and HTTP, the same keys), the primary killed and the standby promoted at
+  40 % of the burst: every acknowledged event is a canonical on the new primary, one per key,
+  exactly one arrival per delivery, the ledger still running;
+* a DSN naming the standby first finds the primary; a standby-only DSN waits, says why and
+  acknowledges nothing, until the standby is promoted;
+* `require_sync_standby` with the standby stopped: batches are refused, then taken again once
+  it streams; nothing lost.
+
+The five-failovers-under-load campaign and the asynchronous loss are `bench/ledger_failover.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psycopg
+import pytest
+from failover_burst import event, run_burst
+from mosquitto import MOSQUITTO, Broker
+from pgcluster import Pair, free_port
+
+from agent.ledger import failover, service
+from agent.ledger.cloudevents import parse_body
+from agent.ledger.config import HttpIntake, LedgerConfig
+from agent.ledger.errors import LedgerUnavailable
+from agent.ledger.writer import Writer, conn_info
+
+
+@pytest.fixture(scope="module")
+def healthy_pair(pg_cluster: Any) -> Iterator[Pair]:
+    p = Pair(pg_cluster.bindir)
+    try:
+        yield p
+    finally:
+        p.destroy()
+
+
+@pytest.fixture
+def pair(healthy_pair: Pair) -> Iterator[Pair]:
+    """The module's pair with a fresh database; after a test's failover a new standby rejoins."""
+    healthy_pair.new_database("f_" + uuid.uuid4().hex[:12])
+    yield healthy_pair
+    if healthy_pair.failed_over:
+        healthy_pair.rejoin()
+
+
+def batch(run: str, n: int, gateway: str = "gw") -> Any:
+    body = json.dumps([event(i, gateway, run) for i in range(n)]).encode()
+    return parse_body(body, batch=True, via="http", now="2026-04-22T08:00:12.120Z")
+
+
+def canonicals(dsn: str) -> int:
+    with psycopg.connect(dsn + " target_session_attrs=read-write") as conn:
+        row = conn.execute("SELECT count(*) FROM canonical_event").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)")
+async def test_failover_mid_burst_over_mqtt_and_http_loses_nothing_and_adds_no_second_arrival(
+    pair: Pair, tmp_path: Path
+) -> None:
+    broker = Broker(tmp_path)
+    outages = failover.GAUGES.outages
+    try:
+        fig = await run_burst(pair, broker.port, n=800, failover_at=[0.4], pace_s=0.002, dbname=pair.dbname)
+    finally:
+        broker.stop()
+    assert fig.failovers == 1
+    assert fig.mqtt_acknowledged == fig.http_acknowledged == 800
+    assert fig.lost == 0 and fig.keys == 800, fig.as_json()
+    assert fig.canonicals == fig.keys, "one canonical per key"
+    assert fig.arrivals_per_key == {2: 800}, f"one arrival per gateway per key: {fig.as_json()}"
+    assert fig.deliveries_with_two_arrivals == 0
+    assert fig.ledger_running, "the ledger reconnected by itself"
+    assert failover.GAUGES.outages > outages, "the outage was seen (the failover was mid-burst)"
+
+
+async def test_a_standby_first_dsn_finds_the_primary_and_a_standby_only_dsn_waits_until_promotion(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = Writer(pair.dsn(order=(pair.standby.port, pair.primary.port)))
+    try:
+        assert [oc.decision.value for oc in await writer.record(batch("a", 3))] == ["inserted"] * 3
+        assert conn_info(writer._conn) == f"127.0.0.1:{pair.primary.port}"
+    finally:
+        await writer.close()
+
+    standby_only = f"host=127.0.0.1 port={pair.standby.port} user=postgres dbname={pair.dbname}"
+    http_port = free_port()
+    config = LedgerConfig(standby_only, None, None, HttpIntake("127.0.0.1", http_port), (), "t")
+    stop = asyncio.Event()
+    caplog.set_level(logging.INFO)
+    ledger = asyncio.create_task(service.run(config, stop=stop))
+    body = json.dumps([event(i, "gw", "b") for i in range(5)]).encode()
+    headers = {"Content-Type": "application/cloudevents-batch+json"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            status = 0
+            for _ in range(100):
+                try:
+                    async with session.post(
+                        f"http://127.0.0.1:{http_port}/", data=body, headers=headers
+                    ) as r:
+                        status = r.status
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+            assert status == 503, "a standby cannot take the batch: nothing acknowledged"
+            assert not ledger.done(), "the ledger waits, it does not exit"
+            said = caplog.text
+            assert "unavailable" in said and ("read-only" in said or "standby" in said), said[-2000:]
+            assert canonicals(pair.dsn()) == 3
+            await asyncio.to_thread(pair.failover)  # the standby is the primary now
+            for _ in range(100):
+                async with session.post(f"http://127.0.0.1:{http_port}/", data=body, headers=headers) as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.1)
+            assert r.status == 200
+        assert canonicals(f"host=127.0.0.1 port={pair.primary.port} user=postgres dbname={pair.dbname}") == 8
+    finally:
+        stop.set()
+        await asyncio.wait_for(ledger, 30)
+
+
+async def test_require_sync_standby_withholds_acknowledgements_while_the_standby_is_stopped(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    writer = Writer(pair.dsn(), require_sync_standby=True, clock=lambda: 0.0)
+    withheld = failover.GAUGES.acknowledgements_withheld
+    try:
+        assert len(await writer.record(batch("s1", 10))) == 10
+        assert failover.GAUGES.sync_standby_ok == 1.0
+        assert writer.replication is not None and writer.replication.sync_ok
+        await asyncio.to_thread(pair.stop_standby)
+        refused = batch("s2", 10)
+        for _ in range(3):
+            writer._sync_good_until = 0.0  # the frozen clock: read the state again now
+            with pytest.raises(LedgerUnavailable, match="synchronous standby"):
+                await writer.record(refused)
+        assert failover.GAUGES.sync_standby_ok == 0.0
+        assert failover.GAUGES.acknowledgements_withheld == withheld + 3
+        assert caplog.text.count("acknowledgements withheld") == 1, "said once per episode"
+        assert canonicals(pair.dsn()) == 10, "nothing of a refused batch was written"
+        await asyncio.to_thread(pair.start_standby)
+        await asyncio.to_thread(pair.wait_streaming)
+        assert len(await writer.record(refused)) == 10
+        assert "a synchronous standby streams again" in caplog.text
+        assert canonicals(pair.dsn()) == 20, "nothing lost"
+    finally:
+        await writer.close()
