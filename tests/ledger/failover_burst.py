@@ -58,7 +58,8 @@ class Figures:
     http_refused: int = 0  # batches answered 503 / cut, resent as they were
     canonicals: int = 0
     keys: int = 0
-    lost: int = 0
+    lost: int = 0  # keys that no gateway's arrival reached the final primary with
+    lost_deliveries: dict[str, int] = field(default_factory=dict)  # acknowledged, not on the final primary
     arrivals_per_key: dict[int, int] = field(default_factory=dict)
     deliveries_with_two_arrivals: int = 0
     ledger_running: bool = False
@@ -133,7 +134,12 @@ def read_final(dsn: str, fig: Figures) -> None:
         ).fetchone()
         assert two is not None
         fig.deliveries_with_two_arrivals = int(two[0])
+        got = dict(conn.execute("SELECT gateway, count(*) FROM arrival GROUP BY gateway").fetchall())
     fig.lost = fig.events - fig.keys
+    fig.lost_deliveries = {
+        "gw-mqtt": fig.mqtt_acknowledged - int(got.get("gw-mqtt", 0)),
+        "gw-http": fig.http_acknowledged - int(got.get("gw-http", 0)),
+    }
 
 
 async def run_burst(
@@ -175,10 +181,16 @@ async def run_burst(
             _controller(pair, marks, progress, rejoin, fig),
         )
         deadline = time.monotonic() + settle_s
+        seen, still = -1, 0
         while time.monotonic() < deadline:  # the broker redelivers what the ledger had not acknowledged
             read_final(pair.dsn(dbname) + " target_session_attrs=read-write", fig)
-            if sum(k * v for k, v in fig.arrivals_per_key.items()) >= 2 * n:
+            total = sum(k * v for k, v in fig.arrivals_per_key.items())
+            if total >= 2 * n:
                 break
+            still = still + 1 if total == seen else 0
+            if still >= 20:  # 6 s without a new arrival: what is missing is lost
+                break
+            seen = total
             await asyncio.sleep(0.3)
         fig.ledger_running = not ledger.done()
         fig.seconds = round(time.monotonic() - started, 2)

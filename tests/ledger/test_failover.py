@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +82,7 @@ async def test_failover_mid_burst_over_mqtt_and_http_loses_nothing_and_adds_no_s
     assert fig.failovers == 1
     assert fig.mqtt_acknowledged == fig.http_acknowledged == 800
     assert fig.lost == 0 and fig.keys == 800, fig.as_json()
+    assert fig.lost_deliveries == {"gw-mqtt": 0, "gw-http": 0}, "every acknowledged delivery is there"
     assert fig.canonicals == fig.keys, "one canonical per key"
     assert fig.arrivals_per_key == {2: 800}, f"one arrival per gateway per key: {fig.as_json()}"
     assert fig.deliveries_with_two_arrivals == 0
@@ -162,3 +165,21 @@ async def test_require_sync_standby_withholds_acknowledgements_while_the_standby
         assert canonicals(pair.dsn()) == 20, "nothing lost"
     finally:
         await writer.close()
+
+
+async def test_ledger_check_says_which_server_and_its_replication_state(pair: Pair) -> None:
+    writer = Writer(pair.dsn())
+    await writer.connect_now()  # migrates
+    await writer.close()
+    cmd = [sys.executable, "-m", "agent", "ledger", "--dsn", pair.dsn(), "check"]
+    proc = await asyncio.to_thread(
+        subprocess.run, [*cmd, "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["server"] == f"127.0.0.1:{pair.primary.port}"
+    rep = got["replication"]
+    assert rep["synchronous_standby_names"] == "FIRST 1 (*)" and rep["synchronous_commit"] == "on"
+    assert [s["sync_state"] for s in rep["standbys"]] == ["sync"] and rep["sync_ok"] is True
+    text = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
+    assert "commits wait for a synchronous standby" in text.stdout
