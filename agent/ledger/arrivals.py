@@ -68,3 +68,12 @@ def from_import(item: Delivery | Rejection, default_gateway: str, file_digest: s
 def import_key(file_digest: str, line: int | None) -> bytes:
     """The arrival key of an import line: the file's SHA-256 (hex) and the line number."""
     return hashlib.sha256(f"import\n{file_digest}\n{'' if line is None else line}".encode()).digest()
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

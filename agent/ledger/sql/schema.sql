@@ -138,6 +138,7 @@ CREATE TABLE public.notification (
     errors text[] DEFAULT '{}'::text[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     sent_at timestamp with time zone,
+    source text,
     CONSTRAINT notification_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
     CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),

@@ -8,3 +8,8 @@ ALTER TABLE arrival ADD COLUMN arrival_key bytea;
 UPDATE arrival SET arrival_key = int8send(id);
 ALTER TABLE arrival ALTER COLUMN arrival_key SET NOT NULL;
 ALTER TABLE arrival ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
+
+-- The notification's source (its canonical's), so the outbox can be partitioned or distributed by
+-- source like the tables it is written with (docs/ledger.md, "Growing past one server").
+ALTER TABLE notification ADD COLUMN source text;
+UPDATE notification n SET source = c.source FROM canonical_event c WHERE c.id = n.canonical_id;
