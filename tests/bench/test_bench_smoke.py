@@ -234,3 +234,17 @@ def test_opcua_subscribe_of_a_few_transitions_compares_with_a_bare_asyncua_clien
 def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
     # node and bench/node's node-opcua-server are optional: without them the bench says so and exits 0.
     _opcua_subscribe_smoke("node-opcua")
+
+
+def test_ledger_failover_quick_loses_nothing_through_one_failover() -> None:
+    got = run_bench("ledger_failover.py", "--quick")
+    assert got["bench"] == "ledger_failover" and got["standby"] == "sync" and got["failovers"] == 1
+    assert got["lost"] == 0 and got["lost_deliveries"] == {"gw-mqtt": 0, "gw-http": 0}
+    assert got["arrivals_per_key"] == {"2": got["events"]} and got["deliveries_with_two_arrivals"] == 0
+
+
+def test_ledger_fleet_quick_compares_sync_with_nosync_and_loses_nothing() -> None:
+    got = run_bench("ledger_fleet.py", "--quick")
+    assert got["bench"] == "ledger_fleet" and got["lost"] == 0
+    assert got["x2_sync_canonicals_ok"] and got["x2_nosync_canonicals_ok"]
+    assert_compared(got["x2_sync_arrivals_per_s"], got["x2_nosync_arrivals_per_s"], got["x2_sync_vs_nosync"])
