@@ -48,7 +48,7 @@ import pgcluster  # noqa: E402
 import psycopg  # noqa: E402
 from mosquitto import MOSQUITTO, Broker  # noqa: E402
 
-from agent.core.contract import format_timestamp  # noqa: E402
+from agent.core.timestamps import format_timestamp  # noqa: E402
 
 T0 = "2026-04-22T08:00:12.120Z"
 

@@ -41,14 +41,14 @@ from typing import Any
 
 from agent.config.loader import Config
 from agent.config.retention import RetentionSettings
-from agent.core.contract import format_timestamp
 from agent.core.decide import Outcome
 from agent.core.errors import StoreCorrupt
 from agent.core.live import ServiceLive
+from agent.core.timestamps import format_timestamp
 from agent.core.tracker import Resume
 from agent.core.wording import counted
 from agent.service import sdnotify
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
 from agent.service.recorder import Recorder
 from agent.service.room import StoreRoom
 from agent.service.runtime import tuned_process
@@ -56,6 +56,7 @@ from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
 from agent.service.supervisor import FATAL_STORE_EXIT, Fatal, Supervisor
+from agent.service.upstream_sink import build_sink
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
 from agent.store.reader import Reader
