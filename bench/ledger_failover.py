@@ -10,6 +10,12 @@ rejoins (synchronous again). The final primary is then read.
     python bench/ledger_failover.py                      # 5 failovers, 6,000 events, sync standby
     python bench/ledger_failover.py --async-standby      # the same with an asynchronous standby
     python bench/ledger_failover.py --quick              # 1 failover, 300 events (the CI smoke)
+    python bench/ledger_failover.py --raw-commits        # PostgreSQL alone: async vs sync standby
+
+`--raw-commits` is the research measurement behind the docs' warning, without the ledger: 8
+writers commit one row each as fast as they can (autocommit), the primary is killed after 1 s
+and the standby promoted; acknowledged rows missing on the new primary are counted, asynchronous
+and synchronous standby alternated over `--rounds`. Printed, not asserted for async.
 
 Prints ONE JSON line: events, failovers, acknowledged per gateway, canonicals and keys on the final
 primary, arrivals per key (key: arrivals -> how many keys), deliveries with two arrivals, lost
@@ -65,6 +71,75 @@ async def campaign(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+def raw_round(
+    bindir: Path, sync: bool, durable: bool, seconds: float = 1.0, writers: int = 8
+) -> dict[str, object]:
+    import threading
+    import time
+
+    import psycopg
+
+    pair = pgcluster.Pair(bindir, sync=sync, durable=durable)
+    try:
+        with psycopg.connect(pair.primary.dsn(), autocommit=True) as c:
+            c.execute("CREATE TABLE acked (id bigint PRIMARY KEY)")
+        pair.wait_streaming()
+        acked: list[list[int]] = [[] for _ in range(writers)]
+        stop = threading.Event()
+
+        def writer(w: int) -> None:
+            n = w
+            try:
+                with psycopg.connect(pair.primary.dsn(), autocommit=True) as c:
+                    while not stop.is_set():
+                        c.execute("INSERT INTO acked VALUES (%s)", (n,))
+                        acked[w].append(n)  # COMMIT answered: acknowledged
+                        n += writers
+            except psycopg.Error:
+                return
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        lag = None
+        with psycopg.connect(pair.primary.dsn(), autocommit=True) as c:
+            row = c.execute(
+                "SELECT extract(epoch FROM coalesce(max(flush_lag), '0'::interval)) * 1000 FROM pg_stat_replication"
+            ).fetchone()
+            lag = float(row[0]) if row else None
+        pair.failover()
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        ids = {i for a in acked for i in a}
+        with psycopg.connect(pair.primary.dsn()) as c:
+            have = {int(r[0]) for r in c.execute("SELECT id FROM acked").fetchall()}
+        return {
+            "standby": "sync" if sync else "async",
+            "fsync": durable,
+            "acknowledged": len(ids),
+            "lost": len(ids - have),
+            "flush_lag_ms": lag,
+        }
+    finally:
+        pair.destroy()
+
+
+def raw_commits(rounds: int, durable: bool) -> dict[str, object]:
+    bindir = pgcluster.find_binaries()
+    if bindir is None:
+        raise SystemExit("needs the PostgreSQL server binaries")
+    runs = [raw_round(bindir, sync, durable) for _ in range(rounds) for sync in (False, True)]
+    out: dict[str, object] = {"bench": "replication_loss", "rounds": rounds, "fsync": durable, "runs": runs}
+    for kind in ("async", "sync"):
+        sel = [r for r in runs if r["standby"] == kind]
+        out[f"{kind}_lost"] = [r["lost"] for r in sel]
+        out[f"{kind}_acknowledged"] = [r["acknowledged"] for r in sel]
+    out["loadavg"] = Path("/proc/loadavg").read_text().split()[:3]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=6000)
@@ -72,7 +147,15 @@ def main() -> None:
     ap.add_argument("--pace", type=float, default=0.002, help="seconds between an MQTT gateway's messages")
     ap.add_argument("--async-standby", action="store_true", help="asynchronous replication: loss is measured")
     ap.add_argument("--quick", action="store_true", help="1 failover, 300 events")
+    ap.add_argument("--raw-commits", action="store_true", help="PostgreSQL alone: async vs sync loss")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --raw-commits")
+    ap.add_argument("--no-fsync", action="store_true", help="--raw-commits with fsync off (faster commits)")
     args = ap.parse_args()
+    if args.raw_commits:
+        raw = raw_commits(args.rounds, durable=not args.no_fsync)
+        print(json.dumps(raw))
+        sync_lost = raw["sync_lost"]
+        sys.exit(1 if isinstance(sync_lost, list) and any(sync_lost) else 0)
     if args.quick:
         args.events, args.failovers = 300, 1
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
