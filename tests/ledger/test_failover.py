@@ -90,6 +90,24 @@ async def test_failover_mid_burst_over_mqtt_and_http_loses_nothing_and_adds_no_s
     assert failover.GAUGES.outages > outages, "the outage was seen (the failover was mid-burst)"
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)")
+async def test_five_failovers_under_load_lose_nothing(pair: Pair, tmp_path: Path) -> None:
+    """The long form (by hand: `python -m pytest -m slow tests/ledger/test_failover.py`); the same
+    campaign with its figures printed: `python bench/ledger_failover.py`."""
+    broker = Broker(tmp_path)
+    try:
+        marks = [(i + 1) / 6 for i in range(5)]
+        fig = await run_burst(pair, broker.port, n=6000, failover_at=marks, rejoin=True, dbname=pair.dbname)
+    finally:
+        broker.stop()
+    print(json.dumps(fig.as_json()))
+    assert fig.failovers == 5 and fig.lost == 0 and fig.canonicals == fig.keys == 6000
+    assert fig.lost_deliveries == {"gw-mqtt": 0, "gw-http": 0}
+    assert fig.arrivals_per_key == {2: 6000} and fig.deliveries_with_two_arrivals == 0
+    assert fig.ledger_running
+
+
 async def test_a_standby_first_dsn_finds_the_primary_and_a_standby_only_dsn_waits_until_promotion(
     pair: Pair, caplog: pytest.LogCaptureFixture
 ) -> None:
