@@ -73,21 +73,25 @@ class Writer:
         now = self._clock()
         if now < self._next_try:
             raise LedgerUnavailable(f"PostgreSQL {describe(self._dsn)} is unavailable; retrying")
+        conn = None
         try:
             conn = await connect(self._dsn, password=self._password)
             await migrations.migrate(conn)
             state = await failover.replication_state(conn)
-        except LedgerUnavailable as exc:
-            self._failed(exc)
-            raise
-        except psycopg.Error as exc:
-            if not failover.unavailable(exc):
+        except (LedgerUnavailable, psycopg.Error) as exc:
+            if conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.close()
+            if isinstance(exc, psycopg.Error) and not failover.unavailable(exc):
                 raise
             self._failed(exc)
+            if isinstance(exc, LedgerUnavailable):
+                raise
             raise LedgerUnavailable(f"PostgreSQL {describe(self._dsn)}: {exc}") from exc
         if self._failures:
             log.warning("PostgreSQL reachable again after %d failed attempts", self._failures)
         self._failures = 0
+        self._sync_good_until = 0.0  # perhaps another server now: read its replication state again
         self._conn = conn
         self._note_replication(state)
         return conn
