@@ -17,7 +17,7 @@ PostgreSQL primary with a streaming standby; the standby synchronous or not, alt
   The baseline in the same run is the `nosync` variant; `sync_vs_nosync` is the ratio of rates.
 
     python bench/ledger_fleet.py                 # 1,000 sessions, 1,500 msg/s for 10 s, 3 rounds
-    python bench/ledger_fleet.py --quick         # 20 sessions, 1 s, 2 instances (the CI smoke)
+    python bench/ledger_fleet.py --quick         # 20 sessions, 1 s, 2 instances, fsync off (CI smoke)
 
 Prints ONE JSON line (with the load average before and after).
 """
@@ -124,24 +124,32 @@ def arrivals(dsn: str) -> int:
     return int(row[0]) if row else 0
 
 
-def start_ledger(work: Path, dsn: str, port: int, run: str, i: int) -> subprocess.Popen[bytes]:
-    cfg = work / f"ledger-{run}-{i}.yaml"
-    cfg.write_text(
-        f"dsn: '{dsn}'\nmqtt: {{host: 127.0.0.1, port: {port}, topic: 'fleet{run}/events/#',"
-        f" group: g{run}, client_id: ledger-{run}-{i}}}\n"
-    )
-    log = work / f"ledger-{run}-{i}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent", "ledger", "run", "-c", str(cfg)],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("ab"),
-    )
+def start_ledgers(work: Path, dsn: str, port: int, run: str, n: int) -> list[subprocess.Popen[bytes]]:
+    """n `edge-agent ledger run` processes on one shared subscription, started at once; returns
+    when every one has subscribed."""
+    procs, logs = [], []
+    for i in range(n):
+        cfg = work / f"ledger-{run}-{i}.yaml"
+        cfg.write_text(
+            f"dsn: '{dsn}'\nmqtt: {{host: 127.0.0.1, port: {port}, topic: 'fleet{run}/events/#',"
+            f" group: g{run}, client_id: ledger-{run}-{i}}}\n"
+        )
+        log = work / f"ledger-{run}-{i}.log"
+        logs.append(log)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "agent", "ledger", "run", "-c", str(cfg)],
+                stdout=subprocess.DEVNULL,
+                stderr=log.open("ab"),
+            )
+        )
     deadline = time.monotonic() + 60
-    while "mqtt intake subscribed" not in (log.read_text() if log.exists() else ""):
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"ledger {i} did not subscribe: {log.read_text()[-2000:]}")
-        time.sleep(0.1)
-    return proc
+    for proc, log in zip(procs, logs, strict=True):
+        while "mqtt intake subscribed" not in (log.read_text() if log.exists() else ""):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"a ledger did not subscribe: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+    return procs
 
 
 async def one_run(
@@ -156,7 +164,7 @@ async def one_run(
     pair.sync = sync
     pair.wait_streaming()
     dsn = pair.primary.dsn(f"f_{run}")
-    ledgers = [start_ledger(work, dsn, broker.port, run, i) for i in range(instances)]
+    ledgers = start_ledgers(work, dsn, broker.port, run, instances)
     try:
         per = max(1, round(args.rate * args.seconds / args.sessions))
         interval = args.seconds / per
@@ -225,7 +233,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     work = Path(tempfile.mkdtemp(prefix="edge-ledger-fleet-"))
     broker = Broker(work)
-    pair = pgcluster.Pair(bindir, sync=True, durable=True)
+    pair = pgcluster.Pair(bindir, sync=True, durable=not args.quick)
     before = loadavg()
     runs: list[dict[str, Any]] = []
     try:
@@ -270,7 +278,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--instances", type=int, nargs="+", default=[1, 2])
     ap.add_argument(
-        "--quick", action="store_true", help="20 sessions, 100 msg/s for 1 s, 2 instances, 1 round"
+        "--quick", action="store_true", help="20 sessions, 100 msg/s for 1 s, 2 instances, 1 round, fsync off"
     )
     args = ap.parse_args()
     if args.quick:
