@@ -201,3 +201,36 @@ async def test_ledger_check_says_which_server_and_its_replication_state(pair: Pa
     assert [s["sync_state"] for s in rep["standbys"]] == ["sync"] and rep["sync_ok"] is True
     text = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
     assert "commits wait for a synchronous standby" in text.stdout
+
+
+async def test_the_service_passes_require_sync_standby_on_and_a_server_without_standby_gets_503(
+    ledger_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`require_sync_standby: true` in the config reaches the writer: on a server with no standby
+    at all every batch is refused (HTTP 503), and the log says why."""
+    caplog.set_level(logging.INFO)
+    http_port = free_port()
+    config = LedgerConfig(ledger_dsn, None, None, HttpIntake("127.0.0.1", http_port), (), "t", True)
+    stop = asyncio.Event()
+    ledger = asyncio.create_task(service.run(config, stop=stop))
+    body = json.dumps([event(1, "gw", "rs")]).encode()
+    headers = {"Content-Type": "application/cloudevents-batch+json"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            status = 0
+            for _ in range(100):
+                try:
+                    async with session.post(
+                        f"http://127.0.0.1:{http_port}/", data=body, headers=headers
+                    ) as r:
+                        status = r.status
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+        assert status == 503
+        assert "acknowledgements withheld" in caplog.text and "standbys=none" in caplog.text
+    finally:
+        stop.set()
+        await asyncio.wait_for(ledger, 30)
+    with psycopg.connect(ledger_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM arrival").fetchone() == (0,)
