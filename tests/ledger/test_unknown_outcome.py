@@ -204,3 +204,31 @@ def test_dsn_defaults_never_override_what_the_dsn_or_the_environment_says(
     got = psycopg.conninfo.conninfo_to_dict(failover.conninfo(dsn))
     for k, v in want.items():
         assert got.get(k) == v, k
+
+
+def test_importing_the_same_file_again_gives_the_first_decisions_and_adds_no_arrival(
+    tmp_path: Any, ledger_dsn: str
+) -> None:
+    """An import line's arrival key is (the file's SHA-256, the line number): `ledger import` run
+    again after it was cut (or by mistake) is a re-run, not a second delivery."""
+    import subprocess
+    import sys
+
+    f = tmp_path / "capture.jsonl"
+    f.write_text(
+        '{"source":"P/T","transitionId":1,"bootId":"B1","payload":{"v":1}}\n'
+        '{"source":"P/T","transitionId":1,"bootId":"B1","payload":{"v":1}}\n'
+        '{"source":"P/T","transitionId":1,"bootId":"B1","payload":{"v":2}}\n'
+        "not json\n"
+    )
+    cmd = [sys.executable, "-m", "agent", "ledger", "--dsn", ledger_dsn, "import", str(f), "--json"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert [json.loads(x)["decision"] for x in first.splitlines()] == [
+        "inserted",
+        "duplicate",
+        "conflict",
+        "rejected",
+    ]
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert again == first
+    assert counts(ledger_dsn)["arrival"] == 4 and counts(ledger_dsn)["conflict"] == 1
