@@ -31,6 +31,7 @@ import pytest
 from failover_burst import event, run_burst
 from mosquitto import MOSQUITTO, Broker
 from pgcluster import Pair, free_port
+from tcpproxy import Proxy
 
 from agent.ledger import failover, service
 from agent.ledger.cloudevents import parse_body
@@ -234,3 +235,41 @@ async def test_the_service_passes_require_sync_standby_on_and_a_server_without_s
         await asyncio.wait_for(ledger, 30)
     with psycopg.connect(ledger_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM arrival").fetchone() == (0,)
+
+
+async def test_a_commit_in_doubt_at_the_failover_runs_again_on_the_new_primary_with_no_second_arrival(
+    pair: Pair,
+) -> None:
+    """The case the issue saw in every run: the COMMIT reached the (synchronous) standby, the
+    ledger never heard the answer, the primary died. Made on purpose: the ledger reaches the
+    primary through a proxy that cuts the connection right after COMMIT, then the primary is
+    killed and the standby promoted. The batch is on the new primary before the re-run; the
+    re-run gives the same decisions and adds nothing."""
+    proxy = Proxy(pair.primary.port)
+    await proxy.start()
+    dsn = f"host=127.0.0.1,127.0.0.1 port={proxy.port},{pair.standby.port} user=postgres dbname={pair.dbname}"
+    writer = Writer(dsn, clock=lambda: 0.0)
+    try:
+        await writer.connect_now()
+        doubt = batch("doubt", 50)
+        proxy.cut_after_commit()
+        with pytest.raises(LedgerUnavailable):
+            await writer.record(doubt)
+        assert proxy.cuts == 1
+        await asyncio.to_thread(pair.failover)
+        new_primary = f"host=127.0.0.1 port={pair.primary.port} user=postgres dbname={pair.dbname}"
+        with psycopg.connect(new_primary) as conn:
+            assert conn.execute("SELECT count(*) FROM arrival").fetchone() == (50,), "it had committed"
+        writer._next_try = 0.0
+        again = await writer.record(doubt)
+        assert [oc.decision.value for oc in again] == ["inserted"] * 50, (
+            "the decisions of the run that committed"
+        )
+        assert conn_info(writer._conn) == f"127.0.0.1:{pair.primary.port}"
+        with psycopg.connect(new_primary) as conn:
+            assert conn.execute(
+                "SELECT (SELECT count(*) FROM arrival), (SELECT count(*) FROM canonical_event)"
+            ).fetchone() == (50, 50), "no second arrival"
+    finally:
+        await writer.close()
+        await proxy.stop()
