@@ -251,3 +251,17 @@ def test_web_quick_times_each_page_beside_its_bare_query() -> None:
         assert page["bare_p50_ms"] > 0 and 0 < page["page_p50_ms"] <= page["page_p95_ms"], name
         assert page["page_vs_bare_p50"] > 0, name
     assert got["max_page_p95_ms"] == max(p["page_p95_ms"] for p in got["pages"].values())
+
+
+def test_ledger_failover_quick_loses_nothing_through_one_failover() -> None:
+    got = run_bench("ledger_failover.py", "--quick")
+    assert got["bench"] == "ledger_failover" and got["standby"] == "sync" and got["failovers"] == 1
+    assert got["lost"] == 0 and got["lost_deliveries"] == {"gw-mqtt": 0, "gw-http": 0}
+    assert got["arrivals_per_key"] == {"2": got["events"]} and got["deliveries_with_two_arrivals"] == 0
+
+
+def test_ledger_fleet_quick_compares_sync_with_nosync_and_loses_nothing() -> None:
+    got = run_bench("ledger_fleet.py", "--quick")
+    assert got["bench"] == "ledger_fleet" and got["lost"] == 0
+    assert got["x2_sync_canonicals_ok"] and got["x2_nosync_canonicals_ok"]
+    assert_compared(got["x2_sync_arrivals_per_s"], got["x2_nosync_arrivals_per_s"], got["x2_sync_vs_nosync"])
