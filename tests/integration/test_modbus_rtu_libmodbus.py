@@ -7,8 +7,7 @@ pair; the real poller opens the other end at 19200 8N1 or 9600 8N2 (a pty carrie
 the settings are configured on both ends, the line is not simulated electrically). 8E1 cannot
 run over a pty: Linux refuses parity on a pty (``tcsetattr``: EINVAL), on either end; what is
 tested for it is that the agent says so as an unavailable link instead of failing its task. Poller
-scenarios P1, P2, P4, P5, P6 (../shared/acceptance/poller-scenarios.md) run over it; P3 needs
-an agent restart on one store and runs in tests/integration/test_pollers_modbus.py (TCP). A
+scenarios P1-P6 (../shared/acceptance/poller-scenarios.md) run over it. A
 line that garbles answers (wrong CRC) or drops their tail: counted by the server, each such
 read fails and is retried on the next poll, nothing decoded from it.
 
@@ -122,6 +121,25 @@ async def test_p1_p2_two_changes_then_a_restart_over_rtu(rtu: Any, agent_for: An
         assert boots[1]["evidence"]["register"] == 0
         arrivals = await view.arrivals()
         assert {a["receiver"].split(":")[0] for a in arrivals} == {"modbus-rtu"}
+
+
+@pytest.mark.parametrize("rtu", LINES, indirect=True)
+async def test_p3_an_agent_restart_reads_the_same_values_again_as_duplicates_over_rtu(
+    rtu: Any, agent_for: Any, wait_until: Any
+) -> None:
+    server, devices = await rtu(pump())
+    async with agent_for(devices) as view:
+        await server.transition("Trip")
+        await wait_until(has(view, (TRIP, "1", "17")))
+        before = len(await view.arrivals())
+    async with agent_for(devices) as view:  # the same store; nothing changed meanwhile
+
+        async def read_again() -> bool:
+            return len(await view.arrivals()) > before
+
+        await wait_until(read_again)
+        assert (await view.summary())["source_events"] == 1
+        assert {a["decision"] for a in (await view.arrivals())[before:]} == {"duplicate"}
 
 
 @pytest.mark.parametrize("rtu", LINES, indirect=True)
