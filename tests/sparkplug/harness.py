@@ -4,6 +4,7 @@ Eclipse Tahu's JavaScript codec), whose decoded messages come back as dicts."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pwd
@@ -137,6 +138,17 @@ class Host:
                     f"host saw {len(got)} of {count} expected events; last: {self.snapshot()[-3:]} {err}"
                 )
             time.sleep(0.02)
+
+    async def until(
+        self, pred: Callable[[dict[str, Any]], bool], timeout: float = 20.0, count: int = 1
+    ) -> list[dict[str, Any]]:
+        """`wait_for` without blocking the event loop (the agent runs in it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = [e for e in self.snapshot() if pred(e)]
+            if len(got) >= count or time.monotonic() > deadline or self.proc.poll() is not None:
+                return self.wait_for(pred, 0, count)
+            await asyncio.sleep(0.02)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -42,7 +42,7 @@ async def test_births_before_data_seq_timestamps_and_properties(
         await until(lambda: len(event_metrics(host.messages("DDATA"), "Events/Transition")) >= 35)
     finally:
         await run.finish()
-    host.wait_for(lambda e: e.get("verb") == "NDEATH")
+    await host.until(lambda e: e.get("verb") == "NDEATH")
     msgs = host.messages()
     verbs = [m["verb"] for m in msgs]
     assert verbs[0] == "NBIRTH" and verbs[1] == "DBIRTH"
