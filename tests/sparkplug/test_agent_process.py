@@ -7,6 +7,7 @@ reaches the host at least once, under one canonicalId."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -99,6 +100,14 @@ async def test_kill_9_link_loss_and_plc_restart(tmp_path: Path, broker: Broker, 
             boot = ctrl.boot_id
             wanted = {f"{boot}:{e.transition_id}" for e in made}
             await _until(lambda: wanted <= set(seen_ids(host)))
+            # `status` shows the session: connected, bdSeq, rows waiting for their window
+            for _ in range(50):  # the service writes its live state every 2 s
+                live = (await _status(config))["service"]["upstreams"]["ignition"]
+                if live["connected"] and live["bd_seq"] == first + 1:
+                    break
+                await asyncio.sleep(0.2)
+            assert live["kind"] == "sparkplug" and live["connected"] is True and live["bd_seq"] == first + 1
+            assert live["in_window"] >= 0 and live["primary_host"] is None
             # a lost PLC link is a DDEATH; when it is back, a DBIRTH
             await plant.cut_link("PUMP-07")
             await host.until(verb("DDEATH", "PUMP-07"), timeout=30)
@@ -124,6 +133,54 @@ async def test_kill_9_link_loss_and_plc_restart(tmp_path: Path, broker: Broker, 
         ids = seen_ids(host)
         assert wanted <= set(ids)
         await host.until(verb("NDEATH"), count=2)  # the graceful stop says NDEATH too
+
+
+async def _status(config: Path) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent",
+        "status",
+        "-c",
+        str(config),
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    out, _ = await proc.communicate()
+    return dict(json.loads(out))
+
+
+async def test_check_probe_reports_the_primary_host_and_publishes_nothing(
+    tmp_path: Path, broker: Broker
+) -> None:
+    host = Host(broker.url, GROUP, host_id="scada-1")
+    try:
+        ctrl = Controller("PUMP-07", [ChannelSpec("Trip")], ring_capacity=8)
+        async with Plant([ctrl], opcua_port=None) as plant:
+            config = write_config(tmp_path, plant, broker.url)
+            doc = yaml.safe_load(config.read_text())
+            doc["upstreams"][0]["sparkplug"]["primary_host_id"] = "scada-1"
+            config.write_text(yaml.safe_dump(doc))
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agent",
+                "check",
+                "-c",
+                str(config),
+                "--probe",
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            out = (await proc.communicate())[0].decode()
+        assert proc.returncode == 0, out
+        assert "primary host scada-1 online; nothing published" in out
+        await asyncio.sleep(0.3)
+        assert host.messages() == []
+    finally:
+        host.close()
 
 
 async def _until(cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
