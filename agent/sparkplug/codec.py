@@ -23,6 +23,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from typing import Any
 
 MetricValue = bool | int | float | str | bytes | None
@@ -89,23 +90,28 @@ def _varint(n: int) -> bytes:
 
 
 def _key(field_no: int, wire: int) -> bytes:
-    return _varint((field_no << 3) | wire)
+    return _KEYS.get((field_no, wire)) or _varint((field_no << 3) | wire)
+
+
+_KEYS = {(f, w): _varint((f << 3) | w) for f in range(1, 20) for w in (0, 1, 2, 5)}
+_LEN_KEYS = {f: _varint((f << 3) | 2) for f in range(1, 20)}
 
 
 def _len_field(field_no: int, data: bytes) -> bytes:
-    return _key(field_no, 2) + _varint(len(data)) + data
+    n = len(data)
+    return _LEN_KEYS[field_no] + (bytes((n,)) if n < 0x80 else _varint(n)) + data
 
 
 def _value(base: int, t: DataType, v: MetricValue) -> bytes:
     """The value field of a metric (`base` 10) or a property value (`base` 3)."""
+    if t is DataType.STRING:
+        return _len_field(base + 5, str(v).encode())
     if t in (DataType.INT64, DataType.UINT64):
         return _key(base + 1, 0) + _varint(int(v))  # type: ignore[arg-type]
     if t is DataType.INT32:
         return _key(base, 0) + _varint(int(v) & 0xFFFFFFFF)  # type: ignore[arg-type]
     if t is DataType.BOOLEAN:
         return _key(base + 4, 0) + (b"\x01" if v else b"\x00")
-    if t is DataType.STRING:
-        return _len_field(base + 5, str(v).encode())
     if t is DataType.DOUBLE:
         return _key(base + 3, 1) + struct.pack("<d", float(v))  # type: ignore[arg-type]
     if t is DataType.FLOAT:
@@ -115,35 +121,50 @@ def _value(base: int, t: DataType, v: MetricValue) -> bytes:
     raise ValueError(f"no encoding for {t.name}")
 
 
+@lru_cache(maxsize=256)
+def _keys_block(keys: tuple[str, ...]) -> bytes:
+    return b"".join(_len_field(1, k.encode()) for k in keys)
+
+
+@lru_cache(maxsize=256)
+def _name_field(name: str) -> bytes:
+    return _len_field(1, name.encode())
+
+
+_STRING_TYPE = b"\x08\x0c"  # PropertyValue.type = String
+_IS_NULL = b"\x10\x01"  # PropertyValue.is_null = true
+
+
 def encode_properties(props: tuple[Property, ...]) -> bytes:
-    keys = b"".join(_len_field(1, p.key.encode()) for p in props)
-    values = b""
+    """A PropertySet: the keys (one block per set of key names, kept), then the values."""
+    values = []
     for p in props:
-        body = _key(1, 0) + _varint(int(p.type))
-        body += _key(2, 0) + b"\x01" if p.value is None else _value(3, p.type, p.value)
-        values += _len_field(2, body)
-    return keys + values
+        v = p.value
+        if p.type is DataType.STRING:
+            body = _STRING_TYPE + (_IS_NULL if v is None else _len_field(8, str(v).encode()))
+        else:
+            body = _key(1, 0) + _varint(int(p.type))
+            body += _IS_NULL if v is None else _value(3, p.type, v)
+        values.append(_len_field(2, body))
+    return _keys_block(tuple(p.key for p in props)) + b"".join(values)
 
 
-def encode_metric(m: Metric, props_bytes: bytes | None = None) -> bytes:
+def encode_metric(m: Metric, props_bytes: bytes | None = None, *, historical: bool | None = None) -> bytes:
     """One Metric message (its body, without the field key). `props_bytes`: the PropertySet
-    already encoded (the same for many metrics), else `m.properties` are encoded."""
-    out = _len_field(1, m.name.encode())
+    already encoded, else `m.properties` are encoded; `historical` overrides `m.historical`."""
+    out = [_name_field(m.name)]
     if m.timestamp is not None:
-        out += _key(3, 0) + _varint(m.timestamp)
+        out.append(b"\x18" + _varint(m.timestamp))  # field 3 varint
     if m.with_type:
-        out += _key(4, 0) + _varint(int(m.type))
-    if m.historical:
-        out += b"\x28\x01"  # field 5 varint: is_historical true
+        out.append(b"\x20" + _varint(int(m.type)))  # field 4 varint
+    if m.historical if historical is None else historical:
+        out.append(b"\x28\x01")  # field 5 varint: is_historical true
     if props_bytes is None and m.properties:
         props_bytes = encode_properties(m.properties)
     if props_bytes:
-        out += _len_field(9, props_bytes)
-    if m.value is None:
-        out += b"\x38\x01"  # field 7 varint: is_null true
-    else:
-        out += _value(10, m.type, m.value)
-    return out
+        out.append(_len_field(9, props_bytes))
+    out.append(b"\x38\x01" if m.value is None else _value(10, m.type, m.value))  # field 7: is_null
+    return b"".join(out)
 
 
 def encode_payload(timestamp: int, seq: int | None, metrics: list[bytes]) -> bytes:

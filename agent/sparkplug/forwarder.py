@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import random
 import time
@@ -39,7 +38,7 @@ from agent.sparkplug.host import HostState, rebirth_requested
 from agent.sparkplug.live import SparkplugState, device_birth_metrics
 from agent.sparkplug.session import Session, SessionBroken, client_id_for, now_ms
 from agent.sparkplug.window import DeliveryWindow
-from agent.store.outbox import BatchOutcomes
+from agent.store.outbox import BatchOutcomes, Claimed
 from agent.store.sparkplug import SparkplugStore
 from agent.store.store import Store
 
@@ -204,38 +203,52 @@ class SparkplugForwarder:
     async def _forward(self, session: Session, stop: asyncio.Event) -> None:
         name, read_size = self.upstream.name, self.upstream.read_size
         after = 0
-        while not stop.is_set():
-            self._inbox(session, births_done=True)
-            await self._settle_due()
-            await self._links(session)
-            try:
-                claimed = await self.outbox.claim_rows(name, read_size, after=after)
-            except StoreError as exc:
-                self.state.last_error = f"store: {exc}"
-                await _wait(stop, 1.0)
-                continue
-            if not claimed:
-                await self._idle(session, stop, self.window.next_due())
-                continue
-            after = claimed.rows[-1][0]
-            sent: list[int] = []
-            refused: list[tuple[int, SendOutcome]] = []
-            for i, row in enumerate(claimed.rows):
-                if i % 250 == 249:
-                    await asyncio.sleep(0)
-                entry = claimed.entry(row)
+        ahead: asyncio.Task[Claimed] | None = None  # the next rows, read while these go out
+        try:
+            while not stop.is_set():
+                self._inbox(session, births_done=True)
+                await self._settle_due()
+                await self._links(session)
                 try:
-                    await self._publish_row(session, entry)
-                except (EncodeError, ValueError) as exc:
-                    refused.append((entry.outbox_id, rejected(str(exc))))
+                    if ahead is not None:
+                        claimed, ahead = await ahead, None
+                    else:
+                        claimed = await self.outbox.claim_rows(name, read_size, after=after)
+                except StoreError as exc:
+                    ahead = None
+                    self.state.last_error = f"store: {exc}"
+                    await _wait(stop, 1.0)
                     continue
-                sent.append(entry.outbox_id)
-            self.window.published(time.monotonic(), sent)
-            self.state.published += len(sent)
-            self.state.in_window = self.window.rows
-            if refused:
-                await self.outbox.settle(refused, format_timestamp(datetime.now(UTC)))
-            await session.flow()
+                if not claimed:
+                    await self._idle(session, stop, self.window.next_due())
+                    continue
+                after = claimed.rows[-1][0]
+                if len(claimed) == read_size:  # a backlog: claim the next rows meanwhile
+                    ahead = asyncio.create_task(self.outbox.claim_rows(name, read_size, after=after))
+                await self._publish_rows(session, claimed)
+        finally:
+            if ahead is not None:  # its attempts may be committed: the rows stay pending, no harm
+                await asyncio.gather(ahead, return_exceptions=True)
+
+    async def _publish_rows(self, session: Session, claimed: Claimed) -> None:
+        sent: list[int] = []
+        refused: list[tuple[int, SendOutcome]] = []
+        for i, row in enumerate(claimed.rows):
+            if i % 250 == 249:
+                await asyncio.sleep(0)
+            entry = claimed.entry(row)
+            try:
+                await self._publish_row(session, entry)
+            except (EncodeError, ValueError) as exc:
+                refused.append((entry.outbox_id, rejected(str(exc))))
+                continue
+            sent.append(entry.outbox_id)
+        self.window.published(time.monotonic(), sent)
+        self.state.published += len(sent)
+        self.state.in_window = self.window.rows
+        if refused:
+            await self.outbox.settle(refused, format_timestamp(datetime.now(UTC)))
+        await session.flow()
 
     async def _publish_row(self, session: Session, entry: Entry) -> None:
         ce = None
@@ -251,9 +264,7 @@ class SparkplugForwarder:
         key = (rm.device, rm.metrics[-1].name)
         historical = entry.outbox_id <= self._mark or rm.event_ms <= self._last_ms.get(key, -1)
         self._last_ms[key] = max(rm.event_ms, self._last_ms.get(key, -1))
-        body = [
-            encode_metric(dataclasses.replace(m, historical=True) if historical else m) for m in rm.metrics
-        ]
+        body = [encode_metric(m, historical=historical) for m in rm.metrics]
         if rm.device is None:
             session.publish("NDATA", None, body)
         else:

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import orjson
+
 from agent.core import contract
 from agent.core.basis import IdentityBasis
 from agent.core.contract import channel_of, device_of, pct
@@ -215,8 +217,8 @@ def row_metrics(
 def state_label(payload_json: str) -> str | None:
     """The state's label of a poller's payload (`{"state": ...}`), None when it has none."""
     try:
-        payload = json.loads(payload_json)
-    except ValueError:
+        payload = orjson.loads(payload_json)
+    except orjson.JSONDecodeError:
         return None
     if not isinstance(payload, dict) or "state" not in payload:
         return None
