@@ -211,7 +211,7 @@ async def main(total: int, rounds: int, agent_only: bool) -> dict[str, Any]:
         "rss_start_mb": round(median([r["rss_start_mb"] for r in a]), 1),
         "rss_peak_mb": round(max(r["rss_peak_mb"] for r in a), 1),
         "process_peak_rss_mb": round(rss_peak_mb(), 1),
-        "loadavg": open("/proc/loadavg").read().split()[:3],
+        "loadavg": Path("/proc/loadavg").read_text().split()[:3],
     }
     if b:
         out["bare_aiomqtt_qos0_per_s"] = round(median([r["rate"] for r in b]))
