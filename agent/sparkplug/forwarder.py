@@ -232,25 +232,39 @@ class SparkplugForwarder:
 
     async def _publish_rows(self, session: Session, claimed: Claimed) -> None:
         sent: list[int] = []
+        sends: list[tuple[int, int, int, int, str]] = []  # evidence: bdSeq and seq of each attempt
         refused: list[tuple[int, SendOutcome]] = []
-        for i, row in enumerate(claimed.rows):
-            if i % 250 == 249:
-                await asyncio.sleep(0)
-            entry = claimed.entry(row)
-            try:
-                await self._publish_row(session, entry)
-            except (EncodeError, ValueError) as exc:
-                refused.append((entry.outbox_id, rejected(str(exc))))
-                continue
-            sent.append(entry.outbox_id)
+        now = format_timestamp(datetime.now(UTC))
+        bd = session.bd_seq
+        try:
+            for i, row in enumerate(claimed.rows):
+                if i % 250 == 249:
+                    await asyncio.sleep(0)
+                entry = claimed.entry(row)
+                try:
+                    seq = await self._publish_row(session, entry)
+                except (EncodeError, ValueError) as exc:
+                    refused.append((entry.outbox_id, rejected(str(exc))))
+                    continue
+                sent.append(entry.outbox_id)
+                sends.append((entry.outbox_id, entry.attempt, bd, seq, now))
+        finally:
+            await self._evidence(sends)
         self.window.published(time.monotonic(), sent)
         self.state.published += len(sent)
         self.state.in_window = self.window.rows
         if refused:
-            await self.outbox.settle(refused, format_timestamp(datetime.now(UTC)))
+            await self.outbox.settle(refused, now)
         await session.flow()
 
-    async def _publish_row(self, session: Session, entry: Entry) -> None:
+    async def _evidence(self, sends: list[tuple[int, int, int, int, str]]) -> None:
+        try:
+            await self.db.record_sends(sends)
+        except StoreError as exc:  # evidence only: the rows stay pending or are settled as usual
+            self.state.last_error = f"store: {exc}"
+
+    async def _publish_row(self, session: Session, entry: Entry) -> int:
+        """Publish one row's DDATA (NDATA for a record of no device); its seq."""
         ce = None
         if entry.kind != "transition":
             ce = encode_general(
@@ -266,9 +280,8 @@ class SparkplugForwarder:
         self._last_ms[key] = max(rm.event_ms, self._last_ms.get(key, -1))
         body = [encode_metric(m, historical=historical) for m in rm.metrics]
         if rm.device is None:
-            session.publish("NDATA", None, body)
-        else:
-            session.publish("DDATA", mapping.device_id(rm.device), body)
+            return session.publish("NDATA", None, body)
+        return session.publish("DDATA", mapping.device_id(rm.device), body)
 
     async def _settle_due(self) -> None:
         due = self.window.due(time.monotonic())

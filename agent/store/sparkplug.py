@@ -4,7 +4,9 @@ declare (spec sparkplug.md section 3).
 `bdSeq` is kept in `store_meta` as `sparkplug.bdseq.<upstream>`: the value of the last MQTT
 CONNECT. `next_bd_seq()` commits the next one (+1, 255 wraps to 0) *before* the CONNECT that
 carries it in its Will, so a `kill -9` at any moment still gives the next CONNECT the previous
-value + 1. Nothing here knows the Sparkplug encoding; the values come back as plain tuples.
+value + 1. `sparkplug_sends` keeps the bdSeq and seq of every attempt of a row (evidence: no
+host acknowledges Sparkplug data). Nothing here knows the Sparkplug encoding; the values come
+back as plain tuples.
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ class SparkplugStore:
                 (key, str(value)),
             )
         return value
+
+    async def record_sends(self, sends: list[tuple[int, int, int, int, str]]) -> None:
+        """Evidence of one published batch: (outbox_id, attempt, bdSeq, seq, sent_at) per row."""
+        if not sends:
+            return
+        w = self.writer
+        async with w.lock, w.transaction():
+            await w.db.executemany(
+                "INSERT OR REPLACE INTO sparkplug_sends(outbox_id, attempt, bd_seq, seq, sent_at)"
+                " VALUES (?,?,?,?,?)",
+                sends,
+            )
 
     async def last_bd_seq(self) -> int | None:
         w = self.writer

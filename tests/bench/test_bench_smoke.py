@@ -9,6 +9,7 @@ that the figures are there and consistent; they never judge the speed of this ma
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -234,3 +235,14 @@ def test_opcua_subscribe_of_a_few_transitions_compares_with_a_bare_asyncua_clien
 def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
     # node and bench/node's node-opcua-server are optional: without them the bench says so and exits 0.
     _opcua_subscribe_smoke("node-opcua")
+
+
+@pytest.mark.skipif(
+    shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists(),
+    reason="mosquitto is not installed: bench/sparkplug.py starts its own broker",
+)
+def test_sparkplug_drain_compares_with_a_bare_qos0_publisher() -> None:
+    got = run_bench("sparkplug.py", "--events", "300", "--rounds", "2")
+    assert got["bench"] == "sparkplug" and got["events"] == 300
+    assert_compared(got["events_per_s"], got["bare_aiomqtt_qos0_per_s"], got["ratio_vs_bare"])
+    assert got["rss_peak_mb"] > 0 and len(got["loadavg"]) == 3

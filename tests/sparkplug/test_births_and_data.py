@@ -92,5 +92,13 @@ async def test_births_before_data_seq_timestamps_and_properties(
         assert '"id":"' + m["properties"]["canonicalId"]["value"] + '"' in m["value"]
     # the backlog (pending at the births) is historical, the live rows are not
     assert [m["isHistorical"] for m in events] == [True] * 30 + [False] * 5
+    # the bdSeq and seq of each attempt are kept in the store: the ones the host saw
+    kept = await sp_store.db.execute_fetchall(
+        "SELECT e.boot_id || ':' || e.transition_id, s.bd_seq, s.seq, s.attempt FROM sparkplug_sends s"
+        " JOIN outbox o ON o.outbox_id = s.outbox_id JOIN events e ON e.canonical_id = o.ref_id"
+        " WHERE o.kind = 'transition'"
+    )
+    saw = {(m["properties"]["canonicalId"]["value"], 0, m["seq"], 1) for m in events}
+    assert {tuple(r) for r in kept} == saw
     states = event_metrics(host.messages("DDATA"), "Trip/State")
     assert len(states) == 35 and all(s["value"] == "Tripped" for s in states)
