@@ -50,10 +50,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agent.config import loader as config  # noqa: E402
-from agent.core.contract import Decision, parse_timestamp  # noqa: E402
+from agent.core.contract import Decision  # noqa: E402
 from agent.core.decide import Outcome  # noqa: E402
 from agent.core.live import ConnectionLive  # noqa: E402
 from agent.core.snapshot import Observations  # noqa: E402
+from agent.core.timestamps import parse_timestamp  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
 from agent.service.runtime import tuned_process  # noqa: E402
 from agent.sources.base import due_in_s, phase_s, run_source  # noqa: E402

@@ -53,8 +53,9 @@ import aiomqtt
 from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
 from agent.core.contract import Delivery, payload_hash
 from agent.core.records import Entry, Transition
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
 from agent.service.runtime import tuned_process
+from agent.service.upstream_sink import build_sink
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body, encode, render_topic
 from agent.store.store import Store
 from bench.rounds import alternate_async, median, ratio, rss_mb, rss_peak_mb

@@ -38,7 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.config.retention import RetentionSettings
-from agent.core.contract import Delivery, format_timestamp, payload_hash
+from agent.core.contract import Delivery, payload_hash
+from agent.core.timestamps import format_timestamp
 from agent.store.prune import PruneTotals, prune
 from agent.store.store import Store
 

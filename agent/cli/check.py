@@ -19,7 +19,7 @@ import click
 from agent.cli.context import EX_CONFIG, EX_NOPERM, EX_UNAVAILABLE
 from agent.config import loader as config
 from agent.config.access import Who, check_access, named_user, unit_user
-from agent.config.paths import CREDENTIALS, PathEnv
+from agent.config.path_env import CREDENTIALS, PathEnv
 from agent.config.sparkplug import AnyUpstream, SparkplugUpstream
 from agent.config.store import DEFAULT_CONFIG
 from agent.config.unit import Unit, find_unit, read_unit

@@ -16,7 +16,7 @@ from agent.cli.certs import certs
 from agent.cli.check import check
 from agent.cli.context import EXIT_CODES_HELP, Context, quiet_on_closed_stdout
 from agent.cli.demo import demo_cmd, simulate_cmd
-from agent.cli.ledger import ledger_group
+from agent.cli.ledger.group import ledger_group
 from agent.cli.outbox import outbox_cmd, replay_cmd
 from agent.cli.prune import prune_cmd
 from agent.cli.records import boots_cmd, import_cmd, pending_cmd, report_cmd

@@ -18,8 +18,9 @@ import click
 
 from agent.cli import render
 from agent.cli.context import Context, run_async
-from agent.core.contract import ContractError, format_timestamp, parse_timestamp
-from agent.store.outbox import UpstreamCounts
+from agent.core.contract import ContractError
+from agent.core.timestamps import format_timestamp, parse_timestamp
+from agent.store.outbox_counts import UpstreamCounts
 
 _RELATIVE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d)")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

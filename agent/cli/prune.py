@@ -19,8 +19,9 @@ from agent.cli import progress
 from agent.cli.context import Context, run_async
 from agent.config.retention import RetentionSettings, check_order, horizon
 from agent.config.store import store_retention
-from agent.core.contract import ContractError, format_timestamp, parse_timestamp
+from agent.core.contract import ContractError
 from agent.core.errors import ConfigError
+from agent.core.timestamps import format_timestamp, parse_timestamp
 from agent.core.wording import days_ahead
 from agent.store import budget
 from agent.store.prune import PruneTotals, prune

@@ -20,7 +20,7 @@ import click
 
 from agent.cli import render
 from agent.cli.context import Context, run_async
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 from agent.store.reader import Reader
 from agent.store.review import NotReviewable
 

@@ -23,8 +23,8 @@ from agent.cli.liveness import NOT_RESPONDING, RUNNING, STOPPED, liveness
 from agent.config.access import unreadable_now
 from agent.config.loader import Config, load
 from agent.config.retention import RetentionSettings
-from agent.core.contract import format_timestamp, parse_timestamp
 from agent.core.errors import ConfigError, StoreError
+from agent.core.timestamps import format_timestamp, parse_timestamp
 from agent.core.wording import days_ahead
 from agent.service import logs, process
 from agent.store import budget

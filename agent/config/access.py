@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.config.loader import Config
-from agent.config.paths import FileUse
+from agent.config.path_env import FileUse
 from agent.config.unit import Unit
 
 READ, WRITE, SEARCH = 4, 2, 1

@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from agent.config.advice import metrics_warnings
 from agent.config.devices import _device
 from agent.config.identity import horizon_problems, window_warnings
-from agent.config.paths import FileUse, PathEnv, read_path
+from agent.config.path_env import FileUse, PathEnv
+from agent.config.paths import read_path
 from agent.config.retention import RetentionSettings, read_retention
 from agent.config.sources import (
     Channel,
@@ -63,7 +64,7 @@ from agent.config.yaml_lines import (
     _Section,
     _text,
 )
-from agent.core.contract import check_site
+from agent.core.cloudevent_ids import check_site
 
 T = TypeVar("T")
 PATH_KEYS = frozenset({"ca_file", "cert_file", "key_file", "password_file", "token_file"})

@@ -1,6 +1,7 @@
 """The Modbus register data types the configuration accepts, and how many registers each takes.
 
-A plain table read by the config checks and by the Modbus decoder; it must not import anything.
+A plain table read by the config checks, the readings and the Modbus decoder (and the width of a
+transition counter of each type); it must not import anything.
 """
 
 from __future__ import annotations
@@ -18,3 +19,8 @@ WORDS: dict[str, int] = {
 }
 UNSIGNED = ("uint16", "uint32", "uint64")
 TABLES = ("holding", "input", "coil", "discrete")
+
+
+def counter_bits(kind: str) -> int:
+    """Width of a transition counter of this type, for the wrap rule."""
+    return 16 * WORDS.get(kind, 2)

@@ -20,7 +20,7 @@ from agent.core.contract import ContractError
 from agent.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from agent.config.paths import FileUse, PathEnv
+    from agent.config.path_env import FileUse, PathEnv
 
 # --- errors --------------------------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class _Ctx:
         files: list[FileUse] | None = None,
     ) -> None:
         self.file, self.problems, self.check_files = file, problems, check_files
-        self.paths = paths  # None: the process's environment, no unit (agent.config.paths)
+        self.paths = paths  # None: the process's environment, no unit (agent.config.path_env)
         self.files: list[FileUse] = [] if files is None else files  # every path read, in order
 
     def problem(self, line: int, key: str, message: str) -> None:

@@ -8,9 +8,12 @@ lives here or in `agent.core.jcs`, so that it can be pinned by table tests:
   exactly as given: no trimming, no case folding, no Unicode normalisation,
   because a PLC that sends `" T1"` and `"T1"` sent two different ids.
 * timestamps are RFC 3339 with an offset, normalised to a UTC instant with
-  millisecond precision (finer digits truncated, never rounded).
+  millisecond precision (finer digits truncated, never rounded): `agent.core.timestamps`.
 * `payload_hash` is SHA-256 over canonical JSON of payload + source time.
 * the identity key is (source, transitionId, bootId) and nothing else.
+
+The CloudEvents names built from a key (types, `source`, `id`, `Idempotency-Key`) are
+`agent.core.cloudevent_ids`.
 """
 
 from __future__ import annotations
@@ -18,11 +21,8 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, timezone
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any, NamedTuple
-from urllib.parse import quote
 
 from agent.core.basis import IdentityBasis
 from agent.core.jcs import canonical_json, json_string
@@ -237,7 +237,7 @@ def normalize_id(value: Any, name: str) -> str | None:
         if _SURROGATE.search(value):
             raise ContractError(f"{name} holds a lone UTF-16 surrogate, which is not valid Unicode")
         return value or None
-    raise ContractError(f"{name} must be text or an integer, got {_json_type(value)}")
+    raise ContractError(f"{name} must be text or an integer, got {json_type_name(value)}")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -254,89 +254,10 @@ def channel_of(source: str) -> str | None:
     return parts[1] if len(parts) == 2 else None
 
 
-def _json_type(value: Any) -> str:
+def json_type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", float: "a number with a fraction"}.get(
         type(value), type(value).__name__
     )
-
-
-# --- time ------------------------------------------------------------------
-
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
-)
-
-
-def parse_timestamp(text: Any, name: str) -> datetime:
-    """Parse RFC 3339 with an offset into an aware UTC datetime, truncated to milliseconds."""
-    if not isinstance(text, str):
-        raise ContractError(f"{name} must be an RFC 3339 text with offset, got {_json_type(text)}")
-    m = _RFC3339.fullmatch(text)
-    if m is None:
-        raise ContractError(f"{name} {text!r} is not RFC 3339 with offset (e.g. 2026-04-22T08:00:12.120Z)")
-    year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
-    millis = int((m.group(7) or "0")[:3].ljust(3, "0"))
-    if m.group(8):
-        tz = UTC
-    else:
-        off_h, off_m = int(m.group(10)), int(m.group(11))
-        if off_h > 23 or off_m > 59:
-            raise ContractError(f"{name} {text!r} has an impossible UTC offset")
-        sign = 1 if m.group(9) == "+" else -1
-        tz = timezone(sign * timedelta(hours=off_h, minutes=off_m))
-    try:
-        # A leap second (:60) cannot be held by datetime; it is a real but rare
-        # RFC 3339 value, so it is taken as the last millisecond of that minute.
-        if second == 60:
-            dt = datetime(year, month, day, hour, minute, 59, 999_000, tzinfo=tz)
-        else:
-            dt = datetime(year, month, day, hour, minute, second, millis * 1000, tzinfo=tz)
-        return dt.astimezone(UTC)
-    except (ValueError, OverflowError) as exc:
-        raise ContractError(f"{name} {text!r} is not a valid date and time: {exc}") from exc
-
-
-def format_timestamp(dt: datetime) -> str:
-    """RFC 3339 UTC with milliseconds: `2026-04-22T08:00:12.180Z`."""
-    if dt.tzinfo is None:
-        raise ValueError("naive datetimes are not instants")
-    u = dt.astimezone(UTC)
-    return (
-        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
-        f".{u.microsecond // 1000:03d}Z"
-    )
-
-
-def normalize_timestamp(text: Any, name: str) -> str | None:
-    """Normalised text of an optional timestamp (None stays None)."""
-    if text is None:
-        return None
-    # Already in normal form (the common case), every field in its range: only a day past the
-    # 28th, or the year 0000, needs the date's own check (dates repeat: it is cached). Else the
-    # full parse, for the message (or the leap second rule).
-    if (
-        type(text) is str
-        and _NORMAL_RANGED.fullmatch(text) is not None
-        and ((text[8:10] <= "28" and not text.startswith("0000")) or _date_exists(text[:10]))
-    ):
-        return text
-    return format_timestamp(parse_timestamp(text, name))
-
-
-_NORMAL_RANGED = re.compile(
-    r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
-    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z"
-)
-
-
-@lru_cache(maxsize=4096)
-def _date_exists(date: str) -> bool:
-    """`YYYY-MM-DD` (digits) names a day of the calendar."""
-    try:
-        datetime(int(date[:4]), int(date[5:7]), int(date[8:10]))
-    except ValueError:
-        return False
-    return True
 
 
 # --- content ---------------------------------------------------------------
@@ -357,60 +278,3 @@ def payload_hash_of_text(payload_json: str, source_timestamp: str | None) -> str
     # "payload" sorts before "sourceTimestamp", so this is the canonical form of the pair.
     text = f'{{"payload":{payload_json},"sourceTimestamp":{ts}}}'
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-# --- CloudEvents ------------------------------------------------------------
-
-TRANSITION_TYPE = "io.edgeagent.transition"
-BOOT_OBSERVED_TYPE = "io.edgeagent.boot_observed"
-GAP_TYPE = "io.edgeagent.gap"
-ANOMALY_TYPE = "io.edgeagent.anomaly"
-IDENTITY_INCOMPLETE_TYPE = "io.edgeagent.identity_incomplete"
-
-_SITE = re.compile(r"[A-Za-z0-9._~:/-]+")
-
-
-_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
-
-
-def pct(text: str) -> str:
-    """Percent-encode every UTF-8 byte outside `A-Z a-z 0-9 - . _ ~`."""
-    if _UNRESERVED.fullmatch(text):
-        return text  # nothing to encode (the common case: ids and names of plain letters and digits)
-    return quote(text, safe="", encoding="utf-8")
-
-
-def check_site(site: str) -> str:
-    if not _SITE.fullmatch(site):
-        raise ContractError(f"site {site!r} must match [A-Za-z0-9._~:/-]+")
-    return site
-
-
-def ce_source(site: str, source: str) -> str:
-    """CloudEvents `source` of a transition: `<site>/pct(device)/pct(channel)`.
-
-    A source without `/` is a device with no channel: `<site>/pct(device)`,
-    so that `dev` and `dev/` never meet.
-    """
-    channel = channel_of(source)
-    base = f"{check_site(site)}/{pct(device_of(source))}"
-    return base if channel is None else f"{base}/{pct(channel)}"
-
-
-def ce_device_source(site: str, device: str) -> str:
-    return f"{check_site(site)}/{pct(device)}"
-
-
-def ce_transition_id(key: Key) -> str:
-    """`pct(bootId):pct(transitionId)`; the `:` inside either part is encoded, so it is unambiguous."""
-    return f"{pct(key.boot_id)}:{pct(key.transition_id)}"
-
-
-def ce_anomaly_id(kind: str, boot_id: str, first: str, last: str) -> str:
-    """Id of a gap/wrap/reset/overrun record: `kind:pct(boot):pct(first):pct(last)`."""
-    return f"{kind}:{pct(boot_id)}:{pct(first)}:{pct(last)}"
-
-
-def idempotency_key(ce_source_text: str, ce_id: str) -> str:
-    """HTTP `Idempotency-Key`: lowercase hex SHA-256 of source + newline + id."""
-    return hashlib.sha256(f"{ce_source_text}\n{ce_id}".encode()).hexdigest()

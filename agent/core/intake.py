@@ -26,10 +26,10 @@ from agent.core.contract import (
     Rejection,
     imported_delivery,
     normalize_id,
-    normalize_timestamp,
     payload_hash_of_text,
 )
 from agent.core.jcs import CanonicalJsonError, canonical_json
+from agent.core.timestamps import normalize_timestamp
 
 KNOWN_FIELDS = frozenset({"source", "transitionId", "bootId", "sourceTimestamp", "arrivalAt", "payload"})
 IDENTITY_FIELDS = ("source", "transitionId", "bootId")

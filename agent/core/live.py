@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 KINDS = ("transition", "boot_observed", "gap", "anomaly", "identity_incomplete")
 
-# One claimed outbox row of a transition as the store reads it (`agent.store.outbox.Claimed.rows`)
+# One claimed outbox row of a transition as the store reads it (`agent.store.outbox_head.Claimed.rows`)
 # and the encoder takes it (`agent.sinks.encode.transition_row_encoder`), for the common row of a
 # backlog drain, which needs no Entry or Transition built: (outbox_id, kind, attempts (as stored,
 # before this attempt), ref_id, source, transition_id, boot_id, source_ts, payload, first_arrival,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 
 
 class Horizons(Protocol):

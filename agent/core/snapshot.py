@@ -16,9 +16,10 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agent.core.basis import IdentityBasis
-from agent.core.contract import Anomaly, Delivery, format_timestamp, payload_hash_of_text
+from agent.core.contract import Anomaly, Delivery, payload_hash_of_text
 from agent.core.decide import BootSighting
 from agent.core.jcs import canonical_json
+from agent.core.timestamps import format_timestamp
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """The transition tracker: from successive snapshots of one device to what is new (pure).
 
 Holds :class:`DeviceTracker`, the change detection of one device over one connection. It must
-not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core.snapshot`.
+not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core.snapshot`, a
+boot sighting's evidence in :mod:`agent.core.boot_evidence`, counter steps and gaps in
+:mod:`agent.core.gaps`.
 
 * **Change, not repetition.** A channel is delivered when its (bootId, transitionId) changes.
   A counter of 0 means "no transition yet in this boot" and is never delivered (also not from
@@ -46,21 +48,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.core.boot_evidence import boot_sighting, server_restarted
 from agent.core.contract import Anomaly, Delivery
 from agent.core.decide import BootSighting
+from agent.core.gaps import Range, counter_step, gap_anomalies
 from agent.core.snapshot import (
     ChannelRead,
     Observations,
     Positions,
     RingItem,
     Snapshot,
-    is_wrap,
     make_delivery,
 )
 from agent.core.window import WindowChanges
 
 U32 = 2**32
-Range = tuple[int, int]
 # (channel, boot id, transition id, source time, state): one transition as this tracker read it
 ReadIdentity = tuple[str, str | None, int, str | None, Any]
 RECENT_READS = 256  # reads kept to spot a ring entry read live before; raised to the ring's capacity
@@ -77,21 +79,6 @@ class Resume:
     boot: str | None = None
     counters: Mapping[str, int] = field(default_factory=dict)
     ring_head: int | None = None
-
-
-def subtract(ranges: Iterable[Range], taken: set[int]) -> list[Range]:
-    """Inclusive ranges minus the values in ``taken``, as inclusive ranges again."""
-    out: list[Range] = []
-    for lo, hi in ranges:
-        inside = sorted(v for v in taken if lo <= v <= hi)
-        start = lo
-        for v in inside:
-            if v > start:
-                out.append((start, v - 1))
-            start = v + 1
-        if start <= hi:
-            out.append((start, hi))
-    return out
 
 
 class DeviceTracker:
@@ -161,7 +148,7 @@ class DeviceTracker:
         buffered, overran = self._ring(snap, notes) if snap.ring is not None else ([], False)
         if snap.ring is not None:
             self.ring_due = False
-        anomalies += self._gaps(snap, missing, overran, buffered)
+        anomalies += gap_anomalies(self.device, snap, missing, overran, buffered)
         positions = self._moved(*before)
         return Observations(
             tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes), positions
@@ -193,54 +180,15 @@ class DeviceTracker:
     # --- boot: restart evidence, a new boot id, counters of a new boot ---------------------------
 
     def _boot(self, snap: Snapshot, notes: list[str]) -> list[BootSighting]:
-        restarted = self._server_restarted(snap, notes)
+        restarted = server_restarted(snap, self.last_start_time, notes)
         out: list[BootSighting] = []
         if snap.boot_id is not None and snap.boot_id != self.last_boot:
-            out.append(self._boot_seen(snap, snap.boot_id, restarted, notes))
+            out.append(boot_sighting(self, snap, snap.boot_id, restarted, notes))
             self.last_boot = snap.boot_id
         if snap.start_time is not None:
             self.last_start_time = snap.start_time
         self._reset_counters(snap)
         return out
-
-    def _server_restarted(self, snap: Snapshot, notes: list[str]) -> bool:
-        """Whether ``ServerStatus/StartTime`` moved since the last snapshot (said in a note)."""
-        restarted = (
-            snap.start_time is not None
-            and self.last_start_time is not None
-            and snap.start_time != self.last_start_time
-        )
-        if restarted:
-            notes.append(
-                f"server restarted: ServerStatus/StartTime {self.last_start_time} -> {snap.start_time}"
-            )
-        return restarted
-
-    def _boot_seen(self, snap: Snapshot, boot: str, restarted: bool, notes: list[str]) -> BootSighting:
-        """A boot id other than the last one, with the evidence of where and how it was read."""
-        previous = self.last_boot
-        where = ", ".join(f"{k} {v}" for k, v in snap.boot_where.items()) or "boot id"
-        summary = (
-            f"boot id ({where}) changed from {previous} to {boot}"
-            if previous is not None
-            else f"boot id ({where}) read as {boot}"
-        )
-        evidence: dict[str, Any] = {"summary": summary, **snap.boot_where, "receiver": snap.receiver}
-        if previous is not None:
-            evidence["previous_value"] = previous
-            if self.counter_boot == previous and self.counters:
-                # What the old boot did after this is unknown: said, never made into a gap.
-                last = {ch: str(tid) for ch, tid in sorted(self.counters.items())}
-                evidence["previous_boot_last_transitionId"] = last
-                summary += "; last recorded in " + previous + ": "
-                summary += ", ".join(f"{ch} {tid}" for ch, tid in last.items())
-                evidence["summary"] = summary
-            notes.append(summary)
-        if snap.start_time is not None:
-            evidence["server_start_time"] = snap.start_time
-            if restarted:
-                evidence["previous_server_start_time"] = self.last_start_time
-        return BootSighting(self.device, boot, snap.read_at, None, True, dict(evidence))
 
     def _reset_counters(self, snap: Snapshot) -> None:
         """On a boot change: counters of a boot we saw begin start at 0, else unknown until read."""
@@ -271,7 +219,7 @@ class DeviceTracker:
             if last == tid:
                 continue
             if last is not None:
-                skipped, anomaly = self._counter_step(snap, ch, last, tid, notes)
+                skipped, anomaly = counter_step(self.device, snap, ch, last, tid, notes)
                 if skipped is not None:
                     missing[ch.channel] = skipped
                 if anomaly is not None:
@@ -280,31 +228,6 @@ class DeviceTracker:
             if delivery is not None:
                 out.append(delivery)
         return out, missing, anomalies
-
-    def _counter_step(
-        self, snap: Snapshot, ch: ChannelRead, last: int, tid: int, notes: list[str]
-    ) -> tuple[list[Range] | None, Anomaly | None]:
-        """The transitions a counter skipped, and the anomaly of a step back (wrap or reset)."""
-        if tid > last:
-            return ([(last + 1, tid - 1)] if tid - last > 1 else None), None
-        wrap = is_wrap(last, tid, ch.bits)
-        kind = "wrap" if wrap else "reset"
-        notes.append(f"{ch.channel}: counter {kind} {last} -> {tid}")
-        anomaly = None
-        if snap.boot_id is not None:
-            anomaly = Anomaly(
-                f"{self.device}/{ch.channel}",
-                snap.boot_id,
-                kind,
-                str(last),
-                str(tid),
-                snap.read_at,
-                {"receiver": snap.receiver, "bits": ch.bits},
-            )
-        if not wrap:
-            return None, anomaly
-        top = 2**ch.bits - 1
-        return [r for r in ((last + 1, top), (1, tid - 1)) if r[0] <= r[1]], anomaly
 
     def _live_delivery(self, snap: Snapshot, ch: ChannelRead, tid: int) -> Delivery | None:
         """The channel's current transition, unless it is 0 ("none yet")."""
@@ -375,31 +298,6 @@ class DeviceTracker:
             live=live,
             raw={"ring" if not live else "event": dict(e.raw), "seq": e.seq},
         )
-
-    def _gaps(
-        self, snap: Snapshot, missing: dict[str, list[Range]], overran: bool, buffered: list[Delivery]
-    ) -> list[Anomaly]:
-        """The missed ranges less what this read's ring supplied (the store takes out the rest)."""
-        boot = snap.boot_id
-        if boot is None:
-            return []  # an anomaly names a generation; none is made up
-        out = []
-        for channel, ranges in missing.items():
-            source = f"{self.device}/{channel}"
-            seen = {
-                int(d.transition_id)
-                for d in buffered
-                if d.source == source and d.boot_id == boot and d.transition_id
-            }
-            for lo, hi in subtract(ranges, seen):
-                kind = "overrun" if overran else "gap"
-                evidence = {"receiver": snap.receiver, "ring_read": snap.ring is not None}
-                if snap.ring_error:
-                    evidence["ring_error"] = snap.ring_error
-                out.append(
-                    Anomaly(f"{self.device}/{channel}", boot, kind, str(lo), str(hi), snap.read_at, evidence)
-                )
-        return out
 
     def _read(self, identity: ReadIdentity) -> None:
         """Keep the last reads (at least as many as the ring holds): a ring entry or a live read

@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from agent.core.basis import IdentityBasis
-from agent.core.contract import Delivery, parse_timestamp
+from agent.core.contract import Delivery
 from agent.core.jcs import canonical_json
 from agent.core.snapshot import ChannelRead, Snapshot, make_delivery
+from agent.core.timestamps import parse_timestamp
 
 PREFIX = "w"
 

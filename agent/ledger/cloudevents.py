@@ -17,16 +17,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.core import contract
-from agent.core.contract import ContractError, Delivery, Key, Rejection, normalize_timestamp
+from agent.core import cloudevent_ids, contract
+from agent.core.contract import ContractError, Delivery, Key, Rejection
 from agent.core.intake import delivery_from_object, parse_json_object
+from agent.core.timestamps import normalize_timestamp
 from agent.ledger.arrivals import Arrival, Received, RecordKind, Via
 
 RECORD_KINDS: dict[str, RecordKind] = {
-    contract.BOOT_OBSERVED_TYPE: "boot_observed",
-    contract.GAP_TYPE: "gap",
-    contract.ANOMALY_TYPE: "anomaly",
-    contract.IDENTITY_INCOMPLETE_TYPE: "identity_incomplete",
+    cloudevent_ids.BOOT_OBSERVED_TYPE: "boot_observed",
+    cloudevent_ids.GAP_TYPE: "gap",
+    cloudevent_ids.ANOMALY_TYPE: "anomaly",
+    cloudevent_ids.IDENTITY_INCOMPLETE_TYPE: "identity_incomplete",
 }
 UNKNOWN_GATEWAY = "unknown"
 
@@ -109,7 +110,7 @@ def _item(
 ) -> Delivery | Received:
     arrival_at = normalize_timestamp(ev.get("arrivalat"), "arrivalat") or now
     kind = RECORD_KINDS.get(ev["type"])
-    if ev["type"] == contract.TRANSITION_TYPE:
+    if ev["type"] == cloudevent_ids.TRANSITION_TYPE:
         return _transition(ev, raw, arrival_at, f"{via}:{gateway}", ce_id)
     if kind is None:
         raise ContractError(f"unknown event type {ev['type']!r} (not an io.edgeagent record)")
@@ -128,7 +129,7 @@ def _transition(ev: dict[str, Any], raw: str | bytes, arrival_at: str, receiver:
         obj["payload"] = ev["data"]
     d = delivery_from_object(obj, raw=raw, arrival_at=arrival_at, receiver=receiver)
     if d.key is not None:
-        want = contract.ce_transition_id(Key(d.key.source, d.key.transition_id, d.key.boot_id))
+        want = cloudevent_ids.ce_transition_id(Key(d.key.source, d.key.transition_id, d.key.boot_id))
         if ce_id != want:
             raise ContractError(
                 f"id {ce_id!r} disagrees with its extensions bootid/transitionid (they make {want!r})"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 from agent.ledger.cloudevents import BodyError, parse_body
 from agent.ledger.config import HttpIntake
 from agent.ledger.errors import LedgerUnavailable

@@ -9,7 +9,7 @@
   private `_client` works (pinned `aiomqtt<3`; the tests here fail if an upgrade breaks it).
   A message is acknowledged only after the transaction holding its arrival committed. While
   PostgreSQL is away nothing is acknowledged: the batch is retried with backoff and the
-  broker holds the rest (its `max_queued_messages` must hold an outage: the README says so).
+  broker holds the rest (its `max_queued_messages` must hold an outage: docs/ledger-setup.md says so).
 * A message body is one CloudEvent (JSON object) or a batch (JSON array), as the gateway's MQTT
   sink sends them. A body that is neither is kept as a `rejected` arrival and acknowledged:
   redelivering it would never make it better.
@@ -30,7 +30,8 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from agent.core.contract import Rejection, format_timestamp
+from agent.core.contract import Rejection
+from agent.core.timestamps import format_timestamp
 from agent.ledger.arrivals import Arrival
 from agent.ledger.cloudevents import UNKNOWN_GATEWAY, BodyError, parse_body
 from agent.ledger.config import MqttIntake

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from agent.core import contract
+from agent.core import cloudevent_ids, timestamps
 from agent.core.contract import Decision, Delivery, Key
 from agent.core.decide import Outcome
 from agent.ledger.arrivals import Arrival
@@ -36,7 +36,7 @@ ON CONFLICT ON CONSTRAINT notification_key DO NOTHING
 
 def ce_id(key: Key) -> str:
     """The CloudEvents id of a transition: pct(bootId):pct(transitionId)."""
-    return contract.ce_transition_id(key)
+    return cloudevent_ids.ce_transition_id(key)
 
 
 def idempotency_key(source: str, event_id: str, kind: str) -> str:
@@ -54,7 +54,7 @@ async def queue(
             continue
         assert oc.canonical_id is not None
         for rule in rules:
-            if rule.matches(contract.TRANSITION_TYPE, d.key.source, d.payload):
+            if rule.matches(cloudevent_ids.TRANSITION_TYPE, d.key.source, d.payload):
                 key = idempotency_key(d.key.source, ce_id(d.key), rule.kind)
                 rows.append((oc.canonical_id, rule.kind, rule.url, key, rule.max_attempts, rule.lease_s))
     if not rows:
@@ -86,9 +86,9 @@ async def listing(conn: Conn) -> list[dict[str, Any]]:
                 "attempts": r[5],
                 "max_attempts": r[6],
                 "last_error": r[7],
-                "sent_at": None if r[8] is None else contract.format_timestamp(r[8]),
+                "sent_at": None if r[8] is None else timestamps.format_timestamp(r[8]),
                 "url": r[9],
-                "due_at": contract.format_timestamp(r[10]),
+                "due_at": timestamps.format_timestamp(r[10]),
             }
         )
     return out

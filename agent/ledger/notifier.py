@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import psycopg
 
-from agent.core import contract
+from agent.core import cloudevent_ids, timestamps
 from agent.core.contract import Key
 from agent.core.retry import backoff_s
 from agent.ledger.connection import connect
@@ -95,16 +95,16 @@ def _event(r: tuple[Any, ...]) -> dict[str, Any]:
         "specversion": "1.0",
         "id": ce_id(Key(source, tid, bid)),
         "source": source,
-        "type": contract.TRANSITION_TYPE,
+        "type": cloudevent_ids.TRANSITION_TYPE,
         "datacontenttype": "application/json",
         "bootid": bid,
         "transitionid": tid,
-        "arrivalat": contract.format_timestamp(first_arrival),
+        "arrivalat": timestamps.format_timestamp(first_arrival),
         "gateway": gateway,
         "data": json.loads(payload),
     }
     if ts is not None:
-        ev["time"] = contract.format_timestamp(ts)
+        ev["time"] = timestamps.format_timestamp(ts)
     return ev
 
 

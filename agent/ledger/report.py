@@ -18,8 +18,9 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from agent.core.contract import Decision, Status, format_timestamp
+from agent.core.contract import Decision, Status
 from agent.core.summary import summary_counts
+from agent.core.timestamps import format_timestamp
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 

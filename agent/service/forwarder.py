@@ -24,6 +24,9 @@ event sent again (attempt > 1), and for every event that was already waiting
 when the forwarder started or while the upstream was failing: the rows up to
 the end of the backlog as it stood when the upstream came back.
 
+The batches in flight (`Flight`, the publishing chained behind the batch before, the drain) are
+`agent.service.flight`; the sink for an upstream is `agent.service.upstream_sink.build_sink`.
+
 Stopping: set the stop event. The forwarder keeps sending for at most
 `drain_s` seconds (the backlog, or what is left of the batch in flight), then
 settles what it has and returns; rows without an acknowledgement stay
@@ -34,45 +37,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import assert_never
 
-from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
-from agent.core.contract import format_timestamp
+from agent.config.upstreams import Upstream
 from agent.core.errors import StoreError
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, rejected, retry
-from agent.core.wording import counted
+from agent.core.timestamps import format_timestamp
+from agent.service.flight import Drain, Flight, bounded, failed, publish_after, publish_beside, wait_or_stop
+from agent.service.upstream_sink import Clock, system_clock
 from agent.sinks.base import Sink
-from agent.sinks.encode import EncodeError, Event, encode, transition_row_encoder
-from agent.sinks.http import HttpSink
-from agent.sinks.mqtt import MqttSink
-from agent.store.outbox import BatchOutcomes, Claimed
+from agent.sinks.encode import EncodeError, encode, transition_row_encoder
+from agent.store.outbox import BatchOutcomes
+from agent.store.outbox_head import Claimed
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], datetime]
-
-
-def system_clock() -> datetime:
-    return datetime.now(UTC)
-
-
-def build_sink(upstream: Upstream, *, site: str, gateway: str, clock: Clock = system_clock) -> Sink:
-    """The sink for one configured upstream."""
-    match upstream:
-        case MqttUpstream():
-            return MqttSink(upstream, site=site, gateway=gateway)
-        case HttpUpstream():
-            return HttpSink(upstream, clock=clock)
-        case _:
-            assert_never(upstream)
 
 
 @dataclass
@@ -91,18 +74,6 @@ class ForwarderState:
 
 PIPELINE_DEPTH = 2  # batches claimed and in flight at once: the next read is ready when one settles
 ENCODE_SLICE = 250  # rows encoded between two turns of the event loop
-
-
-@dataclass(eq=False)
-class _Flight:
-    """One claimed batch: its rows' outbox ids, their outcomes so far (encode errors), what is
-    being published. The claimed entries themselves are let go as they are encoded."""
-
-    ids: list[int]
-    outcomes: list[SendOutcome | None]
-    slots: list[int]
-    events: list[Event]
-    task: asyncio.Task[list[SendOutcome]] | None
 
 
 class Forwarder:
@@ -146,8 +117,8 @@ class Forwarder:
         self._replay_until = await self.outbox.last_pending_id(name)
         log.info("forwarder started upstream=%s backlog_until=%d", name, self._replay_until)
         self.started.set()
-        drain = _Drain(stop, drain_s)
-        ahead: collections.deque[_Flight] = collections.deque()
+        drain = Drain(stop, drain_s)
+        ahead: collections.deque[Flight] = collections.deque()
         after = 0  # the last row claimed: the next claim takes the rows after it
         claimed_none = False  # the claim made with the last settle found nothing: do not ask again at once
         try:
@@ -187,7 +158,7 @@ class Forwarder:
                 if stop.is_set():
                     break
                 if delay > 0:
-                    await _wait(stop, delay)
+                    await wait_or_stop(stop, delay)
         finally:
             for flight in ahead:  # the drain is over: these rows stay pending
                 if flight.task is not None:
@@ -195,7 +166,7 @@ class Forwarder:
             await asyncio.gather(*(f.task for f in ahead if f.task is not None), return_exceptions=True)
         log.info("forwarder stopped upstream=%s", name)
 
-    async def _encode(self, entries: Claimed) -> _Flight:
+    async def _encode(self, entries: Claimed) -> Flight:
         """Encode claimed rows into a batch (nothing sent yet). Yields to the loop every
         `ENCODE_SLICE` rows, so the store's statements of a settle running meanwhile (on its own
         thread) go on while this runs. A transition of claimed rows (`Claimed`) is encoded from its
@@ -203,7 +174,7 @@ class Forwarder:
         row's is."""
         rows = entries.rows
         n = len(rows)
-        flight = _Flight([r[0] for r in rows], [None] * n, [], [], None)
+        flight = Flight([r[0] for r in rows], [None] * n, [], [], None)
         events, outcomes = flight.events, flight.outcomes
         append = events.append
         outage, until = self._outage, self._replay_until
@@ -233,7 +204,7 @@ class Forwarder:
         flight.slots = [i for i, oc in enumerate(outcomes) if oc is None] if refused else list(range(n))
         return flight
 
-    def _launch(self, flight: _Flight, before: _Flight | None) -> _Flight:
+    def _launch(self, flight: Flight, before: Flight | None) -> Flight:
         """Start publishing an encoded batch (behind `before` when the sink cannot overlap calls).
         Only for rows whose attempts are committed."""
         if flight.events:
@@ -241,31 +212,15 @@ class Forwarder:
             if prev is None:
                 publish = self.sink.publish(flight.events)
             elif getattr(self.sink, "overlapping", False) and getattr(self.sink, "connected", False):
-                publish = self._beside(prev, flight.events)
+                publish = publish_beside(self.sink, prev, flight.events)
             else:
-                publish = self._after(prev, flight.events)
+                publish = publish_after(self.sink, prev, flight.events)
             flight.task = asyncio.create_task(publish, name=f"publish[{self.upstream.name}]")
         return flight
 
-    async def _beside(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
-        """Publish `events` while `prev` is still in flight; not at all when `prev` already failed
-        (its events go out again from the head of the queue, and these after them)."""
-        if prev.done() and (prev.cancelled() or prev.exception() is not None or _failed(prev.result())):
-            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
-        return await self.sink.publish(events)
-
-    async def _after(self, prev: asyncio.Task[list[SendOutcome]], events: list[Event]) -> list[SendOutcome]:
-        """Publish `events` once `prev` is acknowledged in full; not at all when it is not."""
-        await asyncio.wait({prev})
-        if prev.cancelled() or prev.exception() is not None:
-            return [retry("not sent: the batch before it was not sent")] * len(events)
-        if _failed(prev.result()):
-            return [retry("not sent: the batch before it was not acknowledged")] * len(events)
-        return await self.sink.publish(events)
-
     async def _finish(
-        self, flight: _Flight, drain: _Drain, *, claim_after: int | None = None
-    ) -> tuple[float | None, _Flight | None]:
+        self, flight: Flight, drain: Drain, *, claim_after: int | None = None
+    ) -> tuple[float | None, Flight | None]:
         """Wait for a batch's outcomes and settle them; the delay before the next attempt (after
         which the forwarder starts again from the head of the queue), or None to go on. With
         `claim_after`, when every row is settled for good and the drain is not over, the next
@@ -275,7 +230,7 @@ class Forwarder:
         outcomes: list[SendOutcome]
         published = None
         if flight.task is not None:
-            published = await self._bounded(flight.task, len(flight.events), drain)
+            published = await bounded(flight.task, len(flight.events), drain, self.upstream.name)
         if published is not None and len(published) == len(flight.ids):
             outcomes = published  # every row was encoded and published: outcomes in row order
         else:
@@ -285,15 +240,15 @@ class Forwarder:
         results = BatchOutcomes(flight.ids, outcomes)
         del flight  # its rows and events can go before the next rows are encoded: two batches in memory
         now = format_timestamp(self.clock())
-        claimed: _Flight | None = None
+        claimed: Flight | None = None
         try:
-            if claim_after is not None and not _failed(outcomes) and not drain.over():
+            if claim_after is not None and not failed(outcomes) and not drain.over():
                 up = self.upstream
                 entries, claimed = await self.outbox.settle_and_claim_prepared(
                     results, now, up.name, up.read_size, after=claim_after, prepare=self._encode
                 )
                 if claimed is None:  # nothing was read
-                    claimed = _Flight([e.outbox_id for e in entries], [], [], [], None)
+                    claimed = Flight([e.outbox_id for e in entries], [], [], [], None)
             else:
                 await self.outbox.settle(results, now)
         except StoreError as exc:
@@ -310,33 +265,7 @@ class Forwarder:
         if self.state.last_error != text:
             log.error("forwarder cannot use the store upstream=%s error=%s", self.upstream.name, exc)
         self.state.last_error = text
-        await _wait(stop, 1.0)
-
-    async def _bounded(
-        self, task: asyncio.Task[list[SendOutcome]], count: int, drain: _Drain
-    ) -> list[SendOutcome]:
-        """The outcomes of a publish task, cut short when stopping takes longer than the drain allows."""
-        if not task.done():
-            loop = asyncio.get_running_loop()
-            stopping = asyncio.create_task(drain.stop.wait())
-            try:
-                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if not task.done():
-                    await asyncio.wait({task}, timeout=max(0.0, drain.end() - loop.time()))
-            finally:
-                stopping.cancel()
-                if not task.done():
-                    task.cancel()
-                await asyncio.gather(task, stopping, return_exceptions=True)
-        if task.cancelled():
-            log.warning(
-                "drain of %.0fs over: %s not acknowledged stay pending upstream=%s",
-                drain.drain_s,
-                counted(count, "event"),
-                self.upstream.name,
-            )
-            return [retry("stopped before the upstream acknowledged")] * count
-        return task.result()
+        await wait_or_stop(stop, 1.0)
 
     async def _account(self, outcomes: list[SendOutcome]) -> float | None:
         """Update state and logs; the delay before the next attempt, or None to go on at once."""
@@ -397,32 +326,3 @@ class Forwarder:
             for w in waits:
                 w.cancel()
             await asyncio.gather(*waits, return_exceptions=True)
-
-
-def _failed(outcomes: list[SendOutcome]) -> bool:
-    return not all_delivered(outcomes) and any(o.verdict is Verdict.RETRY for o in outcomes)
-
-
-async def _wait(stop: asyncio.Event, delay: float) -> None:
-    """Sleep `delay` seconds, or less when stop is set."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay)
-
-
-class _Drain:
-    """The drain after `stop`: `drain_s` seconds from the moment the stop is first seen."""
-
-    def __init__(self, stop: asyncio.Event, drain_s: float) -> None:
-        self.stop = stop
-        self.drain_s = drain_s
-        self._loop = asyncio.get_running_loop()
-        self._deadline: float | None = None
-
-    def end(self) -> float:
-        """When the drain ends (fixed the first time it is asked for, once stopping)."""
-        if self._deadline is None:
-            self._deadline = self._loop.time() + self.drain_s
-        return self._deadline
-
-    def over(self) -> bool:
-        return self.stop.is_set() and self._loop.time() >= self.end()

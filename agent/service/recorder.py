@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from agent.core.contract import Delivery, format_timestamp
+from agent.core.contract import Delivery
 from agent.core.decide import Outcome
 from agent.core.errors import StoreCorrupt, StoreError, StoreFull
 from agent.core.snapshot import Observations
+from agent.core.timestamps import format_timestamp
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)

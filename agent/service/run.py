@@ -41,10 +41,10 @@ from typing import Any
 
 from agent.config.loader import Config
 from agent.config.retention import RetentionSettings
-from agent.core.contract import format_timestamp
 from agent.core.decide import Outcome
 from agent.core.errors import StoreCorrupt
 from agent.core.live import ServiceLive
+from agent.core.timestamps import format_timestamp
 from agent.core.tracker import Resume
 from agent.core.wording import counted
 from agent.service import sdnotify

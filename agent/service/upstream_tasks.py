@@ -11,7 +11,8 @@ from typing import Any, Protocol
 from agent.config.loader import Config
 from agent.config.sparkplug import SparkplugUpstream
 from agent.core.live import ServiceLive
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
+from agent.service.upstream_sink import build_sink
 from agent.sparkplug.forwarder import SparkplugForwarder
 from agent.store.store import Store
 

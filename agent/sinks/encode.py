@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from agent.core import contract
+from agent.core import cloudevent_ids, contract
 from agent.core.basis import IdentityBasis
-from agent.core.contract import Key, channel_of, device_of, pct
+from agent.core.cloudevent_ids import pct
+from agent.core.contract import Key, channel_of, device_of
 from agent.core.records import (
     BootObserved,
     ChannelAnomaly,
@@ -75,7 +76,7 @@ class Event(NamedTuple):
 
     @property
     def idempotency_key(self) -> str:
-        return contract.idempotency_key(self.ce_source, self.ce_id)
+        return cloudevent_ids.idempotency_key(self.ce_source, self.ce_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +176,7 @@ def _body_general(parts: _Parts, gateway: str, attempt: int, replayed: bool) -> 
 @lru_cache(maxsize=4096)
 def _source_of(site: str, source: str) -> str:
     # A gateway has a few hundred sources at most; percent-encoding each one per event cost ~30 % of encode().
-    return contract.ce_source(site, source)
+    return cloudevent_ids.ce_source(site, source)
 
 
 def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, replayed: bool) -> Event | None:
@@ -208,7 +209,7 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
 
     The parts that depend only on the source are kept per source (and this site and gateway)."""
     heads: dict[str, tuple[str, str, str, str] | None] = {}
-    typ, kind = contract.TRANSITION_TYPE, "transition"
+    typ, kind = cloudevent_ids.TRANSITION_TYPE, "transition"
     # The body's fixed text: before the id; from the id's end to the source; after the basis.
     pre = f'{{"specversion":"{SPECVERSION}","id":"'
     mid = ',"datacontenttype":"application/json","bootid":"'
@@ -218,7 +219,7 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
 
     def head(source: str) -> tuple[str, str, str, str] | None:
         try:
-            ce_source = contract.ce_source(site, source)
+            ce_source = cloudevent_ids.ce_source(site, source)
         except contract.ContractError:
             return None
         if len(heads) >= _TRANSITION_HEAD_MAX:
@@ -276,7 +277,7 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
 
 
 _new = tuple.__new__  # a named tuple from its values, without the per-call keyword handling
-_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")  # contract.pct leaves these as they are
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")  # cloudevent_ids.pct leaves these as they are
 
 
 def batch_body(events: list[Event]) -> bytes:
@@ -293,8 +294,8 @@ def _transition(r: Transition, site: str) -> _Parts:
     key = Key(r.source, r.transition_id, r.boot_id)
     return _Parts(
         source=_source_of(site, r.source),
-        id=contract.ce_transition_id(key),
-        type=contract.TRANSITION_TYPE,
+        id=cloudevent_ids.ce_transition_id(key),
+        type=cloudevent_ids.TRANSITION_TYPE,
         device=device_of(r.source),
         channel=channel_of(r.source) or NO_CHANNEL,
         time=r.source_ts,
@@ -315,9 +316,9 @@ def _boot(r: BootObserved, site: str) -> _Parts:
         "live": r.live,
     }
     return _Parts(
-        source=contract.ce_device_source(site, r.device),
+        source=cloudevent_ids.ce_device_source(site, r.device),
         id=pct(r.boot_id),
-        type=contract.BOOT_OBSERVED_TYPE,
+        type=cloudevent_ids.BOOT_OBSERVED_TYPE,
         device=r.device,
         channel=NO_CHANNEL,
         time=r.source_ts,
@@ -330,8 +331,8 @@ def _anomaly(r: ChannelAnomaly, site: str) -> _Parts:
     data = {"kind": r.kind, "from": r.from_value, "to": r.to_value, "detectedAt": r.detected_at}
     return _Parts(
         source=_source_of(site, r.source),
-        id=contract.ce_anomaly_id(r.kind, r.boot_id, r.from_value, r.to_value),
-        type=contract.GAP_TYPE if r.kind == "gap" else contract.ANOMALY_TYPE,
+        id=cloudevent_ids.ce_anomaly_id(r.kind, r.boot_id, r.from_value, r.to_value),
+        type=cloudevent_ids.GAP_TYPE if r.kind == "gap" else cloudevent_ids.ANOMALY_TYPE,
         device=device_of(r.source),
         channel=channel_of(r.source) or NO_CHANNEL,
         time=r.detected_at,
@@ -353,9 +354,9 @@ def _incomplete(r: IdentityIncomplete, site: str, gateway: str, store_id: str) -
         "raw": r.raw,
     }
     return _Parts(
-        source=contract.ce_device_source(site, gateway),
+        source=cloudevent_ids.ce_device_source(site, gateway),
         id=f"{store_id}:{r.arrival_id}",
-        type=contract.IDENTITY_INCOMPLETE_TYPE,
+        type=cloudevent_ids.IDENTITY_INCOMPLETE_TYPE,
         device=device_of(r.source) if r.source else NO_CHANNEL,
         channel=(channel_of(r.source) if r.source else None) or NO_CHANNEL,
         time=r.source_ts,

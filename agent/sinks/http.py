@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from agent.config.upstreams import HttpUpstream
-from agent.core.contract import idempotency_key
+from agent.core.cloudevent_ids import idempotency_key
 from agent.core.redact import mask_url, mask_url_text
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, classify_http, needs_split, retry
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from agent.core.contract import Delivery, Rejection, format_timestamp
+from agent.core.contract import Delivery, Rejection
 from agent.core.intake import parse_delivery
+from agent.core.timestamps import format_timestamp
 
 BATCH_LINES = 1000
 

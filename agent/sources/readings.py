@@ -31,10 +31,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agent.config.registers import counter_bits
 from agent.config.sources import Channel, Device, Field
-from agent.core.contract import ContractError, format_timestamp, normalize_timestamp
+from agent.core.contract import ContractError
 from agent.core.snapshot import ChannelRead, Observations, RingItem, state_name, time_text
-from agent.sources.modbus.decode import counter_bits
+from agent.core.timestamps import format_timestamp, normalize_timestamp
 
 
 def channel_fields(ch: Channel) -> list[tuple[str, Field]]:

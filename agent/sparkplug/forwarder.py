@@ -26,11 +26,11 @@ import aiomqtt
 
 from agent import __version__
 from agent.config.sparkplug import SparkplugUpstream
-from agent.core.contract import format_timestamp
 from agent.core.errors import StoreError
 from agent.core.records import Entry
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import DELIVERED, SendOutcome, rejected
+from agent.core.timestamps import format_timestamp
 from agent.sinks.encode import EncodeError, encode_general
 from agent.sparkplug import mapping
 from agent.sparkplug.codec import DecodeError, encode_metric
@@ -38,7 +38,8 @@ from agent.sparkplug.host import HostState, rebirth_requested
 from agent.sparkplug.live import SparkplugState, device_birth_metrics
 from agent.sparkplug.session import Session, SessionBroken, client_id_for, now_ms
 from agent.sparkplug.window import DeliveryWindow
-from agent.store.outbox import BatchOutcomes, Claimed
+from agent.store.outbox import BatchOutcomes
+from agent.store.outbox_head import Claimed
 from agent.store.sparkplug import SparkplugStore
 from agent.store.store import Store
 

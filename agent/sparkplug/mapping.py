@@ -30,9 +30,11 @@ from datetime import datetime
 
 import orjson
 
+from agent.core import cloudevent_ids as ids
 from agent.core import contract
 from agent.core.basis import IdentityBasis
-from agent.core.contract import channel_of, device_of, pct
+from agent.core.cloudevent_ids import pct
+from agent.core.contract import channel_of, device_of
 from agent.core.jcs import canonical_json
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
 from agent.sparkplug.codec import DataType, Metric, Property
@@ -144,13 +146,13 @@ def transition_json(t: Transition, site: str) -> tuple[str, str, str]:
     payload is canonical JSON already and is spliced in as it is."""
     from agent.core.jcs import json_string as q
 
-    ce_id = contract.ce_transition_id(contract.Key(t.source, t.transition_id, t.boot_id))
-    ce_source = contract.ce_source(site, t.source)
+    ce_id = ids.ce_transition_id(contract.Key(t.source, t.transition_id, t.boot_id))
+    ce_source = ids.ce_source(site, t.source)
     time = "" if t.source_ts is None else f',"time":{q(t.source_ts)}'
     text = (
         f'{{"bootid":{q(t.boot_id)},"data":{t.payload_json},"id":{q(ce_id)},'
         f'"identitybasis":{q(t.basis)},"source":{q(ce_source)}{time},'
-        f'"transitionid":{q(t.transition_id)},"type":"{contract.TRANSITION_TYPE}"}}'
+        f'"transitionid":{q(t.transition_id)},"type":"{ids.TRANSITION_TYPE}"}}'
     )
     return ce_id, ce_source, text
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
-from agent.core.contract import format_timestamp
+from agent.core.timestamps import format_timestamp
 from agent.core.wording import days_ahead
 
 if TYPE_CHECKING:

@@ -19,12 +19,13 @@ Crash safety, step by step (one forwarder per upstream and store):
 
 Nothing here holds more than one batch in memory: the queue head is found
 through the `outbox_pending(upstream, state, outbox_id)` index, so a backlog
-of millions costs the same per batch as a backlog of ten.
+of millions costs the same per batch as a backlog of ten (`agent.store.outbox_head`
+reads it and builds the entries; `agent.store.outbox_counts` counts per upstream).
 
 Every read and write goes through the store's lock: a transaction belongs to
 the connection, so an unlocked read could see a half-written `record()` batch
-(and publish an event that is then rolled back). `upstream_counts()` also serves
-the reader's own connection. Nothing here imports a sink.
+(and publish an event that is then rolled back). `upstream_counts()`
+(`agent.store.outbox_counts`) also serves the reader's own connection. Nothing here imports a sink.
 """
 
 from __future__ import annotations
@@ -33,38 +34,14 @@ import asyncio
 import operator
 import sqlite3
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar, overload
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
-import aiosqlite
-
-from agent.core.basis import IdentityBasis
-from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+from agent.core.records import Entry
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered
 from agent.store.connection import WriterConnection, on_thread
-
-# The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
-# transition's record (most rows) by primary key in the same statement; the other kinds'
-# records by primary key in one statement per kind (no join probing four tables per row).
-# A transition's kind and the identity basis `counter` (the common row) come back as NULL: None,
-# not a new string per row (`agent.core.records.TransitionRow`).
-_COUNTER = IdentityBasis.COUNTER.value  # the common basis, NULL in the head query
-_HEAD = (
-    "SELECT o.outbox_id, NULLIF(o.kind, 'transition'), o.attempts, o.ref_id, e.source, e.transition_id,"
-    f" e.boot_id, e.source_ts, e.payload, e.first_arrival, NULLIF(e.identity_basis, '{_COUNTER}')"
-    " FROM outbox o LEFT JOIN events e ON o.kind = 'transition' AND e.canonical_id = o.ref_id"
-    " WHERE o.upstream = ? AND o.state = 'pending' AND o.outbox_id > ? ORDER BY o.outbox_id LIMIT ?"
-)
-_RECORDS = {
-    "boot_observed": "SELECT boot_row, device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
-    " evidence FROM boots WHERE boot_row IN (SELECT value FROM json_each(?))",
-    "anomaly": "SELECT anomaly_id, source, boot_id, kind, from_value, to_value, detected_at, evidence"
-    " FROM anomalies WHERE anomaly_id IN (SELECT value FROM json_each(?))",
-    "identity_incomplete": "SELECT arrival_id, source, transition_id, boot_id, source_ts, arrival_at,"
-    " receiver, raw, identity_basis FROM arrivals WHERE arrival_id IN (SELECT value FROM json_each(?))",
-}
-_TABLE_OF = {"gap": "anomaly"}  # gaps and anomalies are both rows of `anomalies`
+from agent.store.outbox_counts import UpstreamCounts, upstream_counts
+from agent.store.outbox_head import Claimed, ids_json, read_head
 
 _DELIVERED = (
     "UPDATE outbox SET state = 'delivered', sent_at = ?"
@@ -90,20 +67,6 @@ class BatchOutcomes(NamedTuple):
 Results = Sequence[tuple[int, SendOutcome]] | BatchOutcomes  # what a settle takes
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamCounts:
-    """Delivery state of one upstream. `attempts` counts delivery attempts, not events."""
-
-    upstream: str
-    pending: int
-    delivered: int
-    rejected: int
-    attempts: int
-    oldest_pending_at: str | None
-    head_error: str | None
-    last_rejection: str | None
-
-
 class Outbox:
     """Outbox operations on the store's writer connection (its lock and transactions)."""
 
@@ -121,7 +84,7 @@ class Outbox:
         the forwarder's encoder)."""
         store = self.store
         async with store.lock:
-            rows, records = await self._read_rows(upstream, limit, after)
+            rows, records = await read_head(self.store.db, upstream, limit, after)
             if rows:
                 async with store.transaction():
                     await self._count_attempts(list(map(_first, rows)))
@@ -159,7 +122,7 @@ class Outbox:
 
             async def write() -> None:
                 async with store.transaction():
-                    rows, records = await self._read_rows(upstream, limit, after)
+                    rows, records = await read_head(self.store.db, upstream, limit, after)
                     # The outcomes are written on the store's thread while the rows read become
                     # entries here (the task's first statement is queued before they are built).
                     started = threading.Event()
@@ -195,32 +158,12 @@ class Outbox:
             task.result()  # the store's error, if any: then nothing of this is committed
             return read.result(), prepared
 
-    async def _read_rows(
-        self, upstream: str, limit: int, after: int
-    ) -> tuple[list[Any], dict[str, dict[int, Any]]]:
-        """Inside the lock: the queue head's rows, and the records of the rows that are not
-        transitions by table and id (for `_entries`)."""
-        db = self.store.db
-        rows = list(await db.execute_fetchall(_HEAD, (upstream, after, limit)))
-        records: dict[str, dict[int, Any]] = {}
-        if not rows or set(map(_second, rows)) == {None}:  # the common read: all transitions
-            return rows, records
-        wanted: dict[str, list[int]] = {}
-        for r in rows:
-            if r[1] is not None:
-                wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[3])
-        for table, refs in wanted.items():
-            sql = _RECORDS.get(table)
-            found = await db.execute_fetchall(sql, (_ids(refs),)) if sql is not None else []
-            records[table] = {rec[0]: rec for rec in found}
-        return rows, records
-
     async def _count_attempts(self, ids: list[int]) -> None:
         """Inside the lock and a transaction: `attempts + 1` for the rows read (their outbox ids)."""
         await self.store.db.execute(
             "UPDATE outbox SET attempts = attempts + 1"
             " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
-            (_ids(ids),),
+            (ids_json(ids),),
         )
 
     async def _count_attempts_range(self, upstream: str, first: int, last: int) -> None:
@@ -250,7 +193,7 @@ class Outbox:
             retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
         db = self.store.db
         if delivered:
-            params = (now, _ids(delivered))
+            params = (now, ids_json(delivered))
 
             def deliver(conn: sqlite3.Connection) -> None:
                 if started is None:
@@ -323,50 +266,6 @@ class Outbox:
             return int(cur.rowcount)
 
 
-async def upstream_counts(db: aiosqlite.Connection) -> list[UpstreamCounts]:
-    """Counts of every registered upstream and any upstream that still has rows, by name."""
-    names = [
-        r[0]
-        for r in await db.execute_fetchall(
-            "SELECT name FROM upstreams UNION SELECT DISTINCT upstream FROM outbox ORDER BY 1"
-        )
-    ]
-    return [await _counts_of(db, name) for name in names]
-
-
-async def _counts_of(db: aiosqlite.Connection, name: str) -> UpstreamCounts:
-    by_state: dict[str, int] = {}
-    attempts = 0
-    for state, n, a in await db.execute_fetchall(
-        "SELECT state, count(*), coalesce(sum(attempts), 0) FROM outbox WHERE upstream = ? GROUP BY state",
-        (name,),
-    ):
-        by_state[state] = int(n)
-        attempts += int(a)
-    head = await db.execute_fetchall(
-        "SELECT created_at, last_error FROM outbox WHERE upstream = ? AND state = 'pending'"
-        " ORDER BY outbox_id LIMIT 1",
-        (name,),
-    )
-    last_rej = await db.execute_fetchall(
-        "SELECT last_error FROM outbox WHERE upstream = ? AND state = 'rejected'"
-        " ORDER BY outbox_id DESC LIMIT 1",
-        (name,),
-    )
-    h = next(iter(head), None)
-    lr = next(iter(last_rej), None)
-    return UpstreamCounts(
-        upstream=name,
-        pending=by_state.get("pending", 0),
-        delivered=by_state.get("delivered", 0),
-        rejected=by_state.get("rejected", 0),
-        attempts=attempts,
-        oldest_pending_at=h[0] if h else None,
-        head_error=h[1] if h else None,
-        last_rejection=lr[0] if lr else None,
-    )
-
-
 def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:
     where = ""
     params: list[Any] = []
@@ -379,79 +278,5 @@ def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:
     return where, params
 
 
-def _ids(ids: Sequence[int]) -> str:
-    """Outbox ids as a JSON array, for `json_each` (one statement for a whole batch)."""
-    return "[" + ",".join(map(str, ids)) + "]"
-
-
 def _err(oc: SendOutcome) -> str:
     return (oc.reason or oc.verdict.value)[:MAX_ERROR_CHARS]
-
-
-class Claimed(Sequence[Entry]):
-    """The entries of the rows read (the head query's), each built when it is asked for.
-
-    A transition's record is in its row (its id `ref_id` in column 3, its values from column 4
-    on; NULL when it is gone), the other kinds' in `records` by table and id. Iterated once (the
-    forwarder's encoder), each entry can go as soon as it is encoded: the rows are plain tuples,
-    which the garbage collector stops tracking, where a batch's entries and records held at once
-    are thousands of named tuples it goes over at every collection while they live.
-
-    `rows` are the head query's rows themselves: a transition's row is an
-    `agent.core.records.TransitionRow` (kind None), which the forwarder encodes without building
-    its entry; `entry(row)` is the entry of any of them."""
-
-    __slots__ = ("_records", "_rows")
-
-    def __init__(self, rows: list[Any], records: dict[str, dict[int, Any]]) -> None:
-        self._rows = rows
-        self._records = records
-
-    @property
-    def rows(self) -> list[Any]:
-        return self._rows
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    @overload
-    def __getitem__(self, i: int) -> Entry: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Entry]: ...
-    def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
-        if isinstance(i, slice):
-            return list(map(self.entry, self._rows[i]))
-        return self.entry(self._rows[i])
-
-    def __iter__(self) -> Iterator[Entry]:
-        return map(self.entry, self._rows)
-
-    def entry(self, r: Any) -> Entry:
-        """The entry of one of `rows`."""
-        kind = r[1]
-        new = tuple.__new__  # the named tuples built from the row's own values (no __init__ per row)
-        if kind is None:  # a transition
-            rec = None
-            if r[4] is not None:
-                rec = new(Transition, r[3:11]) if r[10] is not None else new(Transition, (*r[3:10], _COUNTER))
-            return new(Entry, (r[0], "transition", r[3], r[2] + 1, rec))
-        return _entry(r, self._records.get(_TABLE_OF.get(kind, kind), {}).get(r[3]))
-
-
-def _entry(r: Any, rec_row: Any) -> Entry:
-    """An outbox row (id, kind, attempts, ref_id) with its record's row (None: gone)."""
-    kind = r[1]
-    rec: Record | None = None
-    if rec_row is None:
-        pass
-    elif kind == "boot_observed":
-        x = rec_row
-        rec = BootObserved(x[0], x[1], x[2], x[3], x[4], x[5], bool(x[6]), x[7])
-    elif kind in ("gap", "anomaly"):
-        rec = ChannelAnomaly(*rec_row)
-    elif kind == "identity_incomplete":
-        x = rec_row
-        raw = x[7]
-        text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "backslashreplace")
-        rec = IdentityIncomplete(x[0], x[1], x[2], x[3], x[4], x[5], x[6], text, x[8] or "counter")
-    return Entry(outbox_id=r[0], kind=kind, ref_id=r[3], attempt=int(r[2]) + 1, record=rec)

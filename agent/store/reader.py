@@ -17,7 +17,7 @@ from agent.config.retention import RetentionSettings
 from agent.core.tracker import Resume
 from agent.store import budget, positions, report, review
 from agent.store.connection import open_reader
-from agent.store.outbox import UpstreamCounts, upstream_counts
+from agent.store.outbox_counts import UpstreamCounts, upstream_counts
 from agent.store.prune_plan import StagePlan, plan_on
 
 

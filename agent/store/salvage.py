@@ -3,7 +3,7 @@
 When the store fails to open or fails `PRAGMA quick_check`, the service moves the file aside
 and starts a new store (`agent.service.run.open_store`). Before anything else is written,
 `salvage_into` reads the moved-aside file (`agent.store.salvage_read`) and copies into the
-new store:
+new store (`agent.store.salvage_write` writes the rows):
 
 * the upstreams (so `backfill: all` is not applied a second time),
 * the tracker state: `device_state` (the last boot seen live per device), the resume points
@@ -39,17 +39,11 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-import aiosqlite
-
-from agent.core.basis import IdentityBasis
-from agent.core.contract import Decision, Delivery, Key, payload_hash_of_text
 from agent.core.errors import StoreError, StoreFull
-from agent.core.intake import parse_delivery
-from agent.core.jcs import canonical_json
-from agent.store.batch import queue_outbox, read_marks, record_batch
+from agent.store.batch import queue_outbox
 from agent.store.connection import on_thread
 from agent.store.salvage_read import (
     ANOMALY_COLUMNS,
@@ -58,12 +52,11 @@ from agent.store.salvage_read import (
     DamagedStore,
     Rows,
 )
+from agent.store.salvage_write import Taken, insert_anomalies, insert_boots, record_deliveries
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
 
-RECEIVER = "salvage"
-BASES = frozenset(b.value for b in IdentityBasis)
 STEP = 2000  # outbox rowids of the damaged file per transaction: memory stays flat
 
 
@@ -97,18 +90,6 @@ class SalvageReport:
             f"{self.outbox_rows_lost} undelivered outbox rows could not be taken over"
         )
         return f"{text} ({self.problem})" if self.problem else text
-
-
-@dataclass
-class _Taken:
-    boots: dict[int, int] = field(default_factory=dict)  # old boot row -> new
-    arrivals: dict[int, int] = field(default_factory=dict)  # old arrival id -> new
-    events: int = 0
-    last_events: int = 0
-    positions: int = 0
-    anomalies: int = 0
-    outbox_rows: int = 0
-    outbox_rows_lost: int = 0
 
 
 Progress = Callable[[int], None]
@@ -151,14 +132,14 @@ async def salvage_into(
 
 async def _salvage(
     store: Store, dam: DamagedStore, damaged: str, now: str, progress: Progress | None
-) -> tuple[_Taken, int]:
+) -> tuple[Taken, int]:
     t = asyncio.to_thread
     upstreams = await t(dam.scan, "upstreams", "name, backfill, added_at")
     device_state = await t(dam.scan, "device_state", "device, last_live_boot")
     boots = await t(dam.scan, "boots", BOOT_COLUMNS)
     channels = await t(dam.whole_table, "channel_positions", "source, boot_id, transition_id")
     rings = await t(dam.whole_table, "ring_positions", "device, head")
-    taken = _Taken()
+    taken = Taken()
     async with store._lock, store._transaction():
         db = store.db
         await db.executemany(
@@ -170,7 +151,7 @@ async def _salvage(
             " ON CONFLICT(device) DO UPDATE SET last_live_boot = excluded.last_live_boot",
             list(device_state.values()),
         )
-        taken.boots.update(await _boots(db, boots))
+        taken.boots.update(await insert_boots(db, boots))
         # where each poller stood (the resume points): the next start resumes from the old store's
         await db.executemany(
             "INSERT OR IGNORE INTO channel_positions(source, boot_id, transition_id) VALUES (?,?,?)", channels
@@ -196,7 +177,7 @@ async def _salvage(
     latest = await t(dam.latest_events)
     async with store._lock, store._transaction():
         before = taken.events
-        added = await _deliveries(store.db, store.path, latest, {}, taken, damaged, now)
+        added = await record_deliveries(store.db, store.path, latest, {}, taken, damaged, now)
         taken.last_events, taken.events = taken.events - before, before
         # Every canonical event has its outbox rows: these go out once more (replayed, same id).
         names = [str(u[0]) for u in upstreams.values()]
@@ -207,7 +188,7 @@ async def _salvage(
 
 
 async def _take_range(
-    store: Store, dam: DamagedStore, rows: Rows, taken: _Taken, damaged: str, now: str
+    store: Store, dam: DamagedStore, rows: Rows, taken: Taken, damaged: str, now: str
 ) -> None:
     """One range of pending outbox rows with their records, in one transaction."""
     t = asyncio.to_thread
@@ -225,9 +206,9 @@ async def _take_range(
     )
     async with store._lock, store._transaction():
         db = store.db
-        taken.boots.update(await _boots(db, more_boots))
-        new_anomalies = await _anomalies(db, anomalies)
-        new_events = await _deliveries(db, store.path, events, arrivals, taken, damaged, now)
+        taken.boots.update(await insert_boots(db, more_boots))
+        new_anomalies = await insert_anomalies(db, anomalies)
+        new_events = await record_deliveries(db, store.path, events, arrivals, taken, damaged, now)
         taken.anomalies += len(new_anomalies)
         out = []
         for _oid, (upstream, kind, ref_id, attempts, last_error, created_at) in sorted(rows.items()):
@@ -248,178 +229,3 @@ async def _take_range(
             out,
         )
         taken.outbox_rows += len(out)
-
-
-async def _boots(db: aiosqlite.Connection, boots: Rows) -> dict[int, int]:
-    """Insert these boot rows (old row id -> row) unless known; old row id -> new row id."""
-    if not boots:
-        return {}
-    await db.executemany(
-        "INSERT OR IGNORE INTO boots(device, boot_id, previous_boot_id, first_arrival, source_ts, live,"
-        " arrival_id, evidence) VALUES (?,?,?,?,?,?,NULL,?)",
-        [boots[k] for k in sorted(boots)],
-    )
-    rows = await db.execute_fetchall("SELECT device, boot_id, boot_row FROM boots")
-    new = {(r[0], r[1]): int(r[2]) for r in rows}
-    return {k: new[(v[0], v[1])] for k, v in boots.items() if (v[0], v[1]) in new}
-
-
-async def _anomalies(db: aiosqlite.Connection, anomalies: Rows) -> dict[int, int]:
-    """Insert these gap/anomaly rows unless known; old id -> new id."""
-    if not anomalies:
-        return {}
-    await db.executemany(
-        "INSERT OR IGNORE INTO anomalies(source, boot_id, kind, from_value, to_value, detected_at, evidence)"
-        " VALUES (?,?,?,?,?,?,?)",
-        [anomalies[k] for k in sorted(anomalies)],
-    )
-    out: dict[int, int] = {}
-    for old_id, v in anomalies.items():
-        found = list(
-            await db.execute_fetchall(
-                "SELECT anomaly_id FROM anomalies WHERE source = ? AND boot_id = ? AND kind = ?"
-                " AND from_value = ? AND to_value = ?",
-                v[:5],
-            )
-        )
-        if found:
-            out[old_id] = int(found[0][0])
-    return out
-
-
-async def _known(db: aiosqlite.Connection, keys: list[Key]) -> dict[Key, int]:
-    """Canonical ids of the keys the new store already holds (salvaged for another upstream)."""
-    out: dict[Key, int] = {}
-    for start in range(0, len(keys), 300):
-        chunk = keys[start : start + 300]
-        values = ",".join("(?,?,?)" for _ in chunk)
-        params = [p for k in chunk for p in (k.source, k.transition_id, k.boot_id)]
-        sql = (
-            f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
-            " e.canonical_id FROM k JOIN events e"
-            " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
-        )
-        for r in await db.execute_fetchall(sql, params):
-            out[Key(r[0], r[1], r[2])] = int(r[3])
-    return out
-
-
-class _Mapping(dict[int, int]):
-    """Old canonical id -> new; `new` lists the canonical ids this call created."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.new: list[int] = []
-
-
-async def _deliveries(
-    db: aiosqlite.Connection, path: str, events: Rows, arrivals: Rows, taken: _Taken, damaged: str, now: str
-) -> _Mapping:
-    """Record the salvaged events and identity-incomplete arrivals through the normal batch;
-    old canonical id -> new canonical id (also for events the new store already holds)."""
-    made = {cid: _event_delivery(row, damaged) for cid, row in sorted(events.items())}
-    valid = {cid: d for cid, d in made.items() if d is not None and d.key is not None}
-    known = await _known(db, [d.key for d in valid.values() if d.key is not None])
-    mapping = _Mapping()
-    mapping.update({cid: known[d.key] for cid, d in valid.items() if d.key in known})
-    items: list[Delivery] = []
-    origin: list[tuple[str, int]] = []
-    for cid, d in valid.items():
-        if cid not in mapping:
-            items.append(d)
-            origin.append(("event", cid))
-    for aid in sorted(arrivals):
-        items.append(_incomplete_delivery(arrivals[aid]))
-        origin.append(("arrival", aid))
-    if not items:
-        return mapping
-    marks, outcomes = await on_thread(
-        db, lambda conn: (read_marks(conn), record_batch(conn, path, items, [], [], now, []))
-    )
-    for i, ((what, old_id), oc) in enumerate(zip(origin, outcomes, strict=True)):
-        if what == "event" and oc.canonical_id is not None:
-            mapping[old_id] = oc.canonical_id
-            mapping.new.append(oc.canonical_id)
-            taken.events += 1
-        elif what == "arrival" and oc.decision is Decision.IDENTITY_INCOMPLETE:
-            taken.arrivals[old_id] = marks.last_arrival_id + 1 + i
-    return mapping
-
-
-def _event_delivery(row: tuple[Any, ...], damaged: str) -> Delivery | None:
-    """The delivery that re-creates a salvaged canonical event, or None when its content is invalid."""
-    source, tid, boot, source_ts, payload_json, stored_hash, first_arrival, basis = row
-    if basis not in BASES:
-        return None
-    try:
-        if payload_hash_of_text(payload_json, source_ts) != stored_hash:
-            return None
-        payload = json.loads(payload_json)
-    except (TypeError, ValueError):
-        return None
-    if not (isinstance(payload, dict) and source and tid and boot and isinstance(first_arrival, str)):
-        return None
-    raw = canonical_json(
-        {
-            "source": source,
-            "transitionId": tid,
-            "bootId": boot,
-            "sourceTimestamp": source_ts,
-            "payload": payload,
-            "salvagedFrom": damaged,
-        }
-    )
-    return Delivery(
-        source,
-        tid,
-        boot,
-        source_ts,
-        first_arrival,
-        payload,
-        stored_hash,
-        raw,
-        RECEIVER,
-        live=False,
-        payload_json=payload_json,
-        basis=str(basis),
-    )
-
-
-def _incomplete_delivery(row: tuple[Any, ...]) -> Delivery:
-    """An identity-incomplete arrival recorded again: from its raw line when that parses."""
-    source, tid, boot, source_ts, arrival_at, receiver, raw, line, basis = row
-    basis = basis if basis in BASES else IdentityBasis.COUNTER
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    parsed = parse_delivery(text, arrival_at=arrival_at, receiver=receiver)
-    if isinstance(parsed, Delivery) and parsed.key is None:
-        return Delivery(
-            parsed.source,
-            parsed.transition_id,
-            parsed.boot_id,
-            parsed.source_timestamp,
-            arrival_at,
-            parsed.payload,
-            parsed.payload_hash,
-            raw,
-            receiver,
-            live=False,
-            line=line,
-            missing=parsed.missing,
-            basis=str(basis),
-        )
-    payload: dict[str, Any] = {}
-    return Delivery(
-        source,
-        tid,
-        boot,
-        source_ts,
-        arrival_at,
-        payload,
-        payload_hash_of_text("{}", source_ts),
-        raw,
-        receiver,
-        live=False,
-        line=line,
-        missing=tuple(n for n, v in (("source", source), ("transitionId", tid), ("bootId", boot)) if not v),
-        basis=str(basis),
-    )

@@ -135,8 +135,8 @@ def test_the_help_documents_exactly_the_codes_that_are_tested() -> None:
     assert " ".join(context.EXIT_CODES_HELP.split()) in shown
 
 
-def test_the_readme_documents_every_code() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_docs_document_every_code() -> None:
+    readme = (Path(__file__).parents[2] / "docs" / "commands.md").read_text(encoding="utf-8")
     start = readme.index("Exit codes (also in `edge-agent --help`):")
     section = readme[start : readme.index("\n\n", start)]
     for code in CASES:

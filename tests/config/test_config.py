@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from agent.cli.main import cli
 from agent.config import loader as config
-from agent.config.paths import PathEnv
+from agent.config.path_env import PathEnv
 from agent.config.sources import ModbusRtu, ModbusTcp, OpcUa
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant

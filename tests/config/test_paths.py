@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from agent.config import loader as config
-from agent.config.paths import PathEnv
+from agent.config.path_env import PathEnv
 from agent.config.unit import read_unit
 from agent.config.upstreams import MqttUpstream
 

@@ -11,7 +11,8 @@ import signal
 import sys
 
 from agent.config.upstreams import Backoff, HttpUpstream
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
+from agent.service.upstream_sink import build_sink
 from agent.store.store import Store
 
 

@@ -22,7 +22,8 @@ from agent.cli.main import cli
 from agent.config.upstreams import Backoff, HttpUpstream
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
+from agent.service.upstream_sink import build_sink
 from agent.store import report
 from agent.store.store import Store
 from devices.upstream import Receiver

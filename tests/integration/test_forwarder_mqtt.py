@@ -24,7 +24,8 @@ import pytest
 from agent.config.upstreams import Backoff, MqttUpstream
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
+from agent.service.upstream_sink import build_sink
 from agent.store.store import Store
 
 GW, UP = "gw-test", "central"

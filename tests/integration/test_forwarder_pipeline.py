@@ -21,7 +21,8 @@ from agent.config.upstreams import Backoff, HttpUpstream
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.core.send_outcome import SendOutcome
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
+from agent.service.upstream_sink import build_sink
 from agent.sinks.encode import Event
 from agent.store.store import Store
 from devices.upstream import Receiver

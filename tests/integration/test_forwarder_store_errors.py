@@ -17,7 +17,8 @@ import pytest
 from agent.config.upstreams import Backoff, HttpUpstream
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
-from agent.service.forwarder import Forwarder, build_sink
+from agent.service.forwarder import Forwarder
+from agent.service.upstream_sink import build_sink
 from agent.store.store import Store
 from devices.upstream import Receiver
 

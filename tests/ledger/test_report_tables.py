@@ -1,4 +1,4 @@
-"""The ledger's text for people (agent/cli/ledger_tables.py): rows in, lines out."""
+"""The ledger's text for people (agent/cli/ledger/tables.py): rows in, lines out."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _note(i: int, state: str, error: str | None = None) -> dict[str, object]:
 def test_the_notification_listing_for_people_is_a_table_and_spells_out_dead_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agent.cli.ledger_tables import notification_lines
+    from agent.cli.ledger.tables import notification_lines
 
     # The width a pipe gets (render.width()'s fallback): a narrower terminal (pytest-xdist's
     # workers see COLUMNS=80) puts the long `dead 2 (url):` label on a line of its own.

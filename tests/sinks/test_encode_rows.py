@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.sinks.encode import EncodeError, encode_general, transition_row_encoder
-from agent.store.outbox import Claimed
+from agent.store.outbox_head import Claimed
 
 SITE, GW = "plant-1", "gw-line3"
 STORE_ID = "6f1c2b9e-3d4a-4c5b-9e8f-0a1b2c3d4e5f"

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from agent.config.retention import RetentionSettings
-from agent.core.contract import Delivery, format_timestamp
+from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
+from agent.core.timestamps import format_timestamp
 from agent.store.prune import prune
 from agent.store.store import Store
 

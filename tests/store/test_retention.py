@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from agent.config.retention import RetentionSettings
-from agent.core.contract import Delivery, format_timestamp
+from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
+from agent.core.timestamps import format_timestamp
 from agent.store import report
 from agent.store.prune import prune
 from agent.store.store import Store

@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.config.retention import RetentionSettings
-from agent.core.contract import Delivery, format_timestamp
+from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
+from agent.core.timestamps import format_timestamp
 from agent.store.prune import prune
 from agent.store.prune_plan import plan
 from agent.store.store import Store

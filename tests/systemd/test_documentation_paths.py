@@ -11,7 +11,7 @@ UNIT = ROOT / "systemd" / "edge-agent.service"
 
 def install_block() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Install as a service", 1)[1]
+    section = readme.split("#### Install as a service", 1)[1]
     return section.split("```sh", 1)[1].split("```", 1)[0]
 
 

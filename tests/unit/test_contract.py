@@ -10,22 +10,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.core import decide
-from agent.core.contract import (
-    ContractError,
-    Decision,
-    Delivery,
-    Key,
+from agent.core.cloudevent_ids import (
     ce_anomaly_id,
     ce_device_source,
     ce_source,
     ce_transition_id,
     idempotency_key,
-    imported_delivery,
-    normalize_id,
-    normalize_timestamp,
-    payload_hash,
     pct,
 )
+from agent.core.contract import (
+    ContractError,
+    Decision,
+    Delivery,
+    Key,
+    imported_delivery,
+    normalize_id,
+    payload_hash,
+)
+from agent.core.timestamps import normalize_timestamp
 
 
 @pytest.mark.parametrize(
@@ -164,7 +166,7 @@ def test_cloudevents_source_is_injective_over_device_and_channel(device: str, ch
 
 def _normalised_the_long_way(text: str) -> str | Exception:
     """What `normalize_timestamp` gives when the normal form is not taken as it is."""
-    from agent.core.contract import format_timestamp, parse_timestamp
+    from agent.core.timestamps import format_timestamp, parse_timestamp
 
     try:
         return format_timestamp(parse_timestamp(text, "sourceTimestamp"))

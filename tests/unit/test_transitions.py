@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agent.core.gaps import subtract
 from agent.core.snapshot import (
     ChannelRead,
     Observations,
@@ -16,7 +17,7 @@ from agent.core.snapshot import (
     is_wrap,
     time_text,
 )
-from agent.core.tracker import DeviceTracker, subtract
+from agent.core.tracker import DeviceTracker
 
 DEV = "PUMP-07"
 Read = tuple[str | None, int | None]  # (boot id, Trip counter) of one snapshot

@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.core.basis import WINDOW_KEY, IdentityBasis, basis_flags
-from agent.core.contract import Decision, format_timestamp
+from agent.core.contract import Decision
 from agent.core.decide import classify
 from agent.core.snapshot import ChannelRead, Snapshot
+from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker
 from agent.core.window import state_text, window_index, window_key
 

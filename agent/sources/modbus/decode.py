@@ -1,6 +1,7 @@
 """Modbus register decoding (pure): 16/32/64-bit integers and floats, bits, word order.
 
-Holds decode and encode of one value and the width of a counter type. It must not do I/O.
+Holds decode and encode of one value (the width of a counter type is
+`agent.config.registers.counter_bits`). It must not do I/O.
 
 Each register is big-endian, as Modbus defines; a value of several registers follows the
 device's word order: ``big`` puts the most significant word first, ``little`` reverses the
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 
 from agent.config.registers import WORDS
 
-__all__ = ["WORDS", "DecodeError", "counter_bits", "decode", "encode"]
+__all__ = ["WORDS", "DecodeError", "decode", "encode"]
 
 _FLOAT = {"float32": ">f", "float64": ">d"}
 
@@ -58,8 +59,3 @@ def encode(value: int | float | bool, kind: str, word_order: str = "big") -> lis
         number = int(value) % (1 << (16 * words))
         regs = [(number >> (16 * k)) & 0xFFFF for k in reversed(range(words))]
     return regs if word_order == "big" else regs[::-1]
-
-
-def counter_bits(kind: str) -> int:
-    """Width of a transition counter of this type, for the wrap rule."""
-    return 16 * WORDS.get(kind, 2)

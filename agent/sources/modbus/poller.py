@@ -5,10 +5,11 @@ send anything but the four read function codes (1-4): nothing here can write to 
 
 Reads follow :mod:`agent.sources.modbus.plan`: the boot id and all channel fields in one
 request where the map allows (the boot id read again after the other blocks otherwise), the
-ring (header and slots) in one request, and only when the tracker needs it (first read, after
-a reconnect, a boot change or a counter that moved by more than one). pymodbus' own
-reconnect is off (``reconnect_delay=0``): its default waits up to 300 s after a long outage,
-and our loop backs off with jitter and a cap instead (:func:`agent.sources.base.run_source`).
+ring (header and slots, :mod:`agent.sources.modbus.ring`) in one request, and only when the
+tracker needs it (first read, after a reconnect, a boot change or a counter that moved by more
+than one). pymodbus' own reconnect is off (``reconnect_delay=0``): its default waits up to
+300 s after a long outage, and our loop backs off with jitter and a cap instead
+(:func:`agent.sources.base.run_source`).
 
 A poll whose registers are exactly those of the last poll on the same connection (boot id,
 fields, the boot id read again) adds nothing when the tracker said it was settled after that
@@ -36,9 +37,9 @@ from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ModbusException
 
 from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
-from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
-from agent.core.snapshot import ChannelRead, Observations, RingItem, RingRead, Snapshot
+from agent.core.snapshot import ChannelRead, Observations, RingRead, Snapshot
+from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.modbus.answers import (
@@ -49,7 +50,8 @@ from agent.sources.modbus.answers import (
 )
 from agent.sources.modbus.decode import DecodeError, decode
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
-from agent.sources.readings import BadValue, boot_number, channel_fields, ring_item
+from agent.sources.modbus.ring import ring_blocks, ring_entries, ring_header
+from agent.sources.readings import BadValue, boot_number, channel_fields
 
 log = logging.getLogger(__name__)
 NOTHING = Observations()  # what a poll that read exactly what the last one read adds
@@ -105,7 +107,7 @@ class ModbusSource:
         self.channel_plans = [
             plan_blocks([f for _, f in channel_fields(ch)], max_gap=max_gap) for ch in device.channels
         ]
-        self.ring_blocks = self._ring_blocks(max_gap)
+        self.ring_blocks = ring_blocks(device)
         self.tracker = DeviceTracker(device.name, ring_mapped=device.ring is not None, resume=resume)
         self.client: Any = None
         self.split_until = 0.0
@@ -117,19 +119,6 @@ class ModbusSource:
         self._tick: asyncio.Future[None] | None = None  # the sleep to the next tick, while it lasts
         # The registers of the last poll on this connection after which the tracker was settled.
         self._same: list[list[int] | None] | None = None
-
-    def _ring_blocks(self, max_gap: int) -> tuple[Block, ...]:
-        ring = self.dev.ring
-        if ring is None:
-            return ()
-        if ring.read is not None:
-            return (Block("holding", ring.read[0], ring.read[1]),)
-        fields: list[Field] = [ring.head] + ([ring.capacity] if ring.capacity.register is not None else [])
-        if ring.slots_register is not None and ring.slot_size is not None:
-            fields.append(Field(register=ring.slots_register, type="uint16"))
-            end = ring.slots_register + ring.slot_size * ring.slot_count - 1
-            fields.append(Field(register=end, type="uint16"))
-        return plan_blocks(fields, max_gap=125)
 
     # --- Source protocol ---------------------------------------------------------------------
 
@@ -370,35 +359,7 @@ class ModbusSource:
         if head_regs is None:
             return replace(snap, ring_error="ring head not read")
         try:
-            head, capacity = self._ring_header(got, head_regs)
+            head, capacity = ring_header(self.dev, got, head_regs)
         except (DecodeError, ValueError, OverflowError) as exc:  # a float head: NaN/Inf
             return replace(snap, ring_error=f"ring header refused: {exc}")
-        return replace(snap, ring=RingRead(head, capacity, self._ring_entries(got, capacity)))
-
-    def _ring_header(self, got: Mapping[Block, Sequence[int]], head_regs: Sequence[int]) -> tuple[int, int]:
-        """(head, capacity): the capacity register when mapped and not 0, else the configured one."""
-        ring = self.dev.ring
-        assert ring is not None
-        capacity = ring.capacity.value or ring.slot_count
-        head = int(decode(head_regs, ring.head.type, self._word_order(ring.head)))
-        if ring.capacity.register is not None and (cap_regs := take(got, ring.capacity)) is not None:
-            order = self._word_order(ring.capacity)
-            capacity = int(decode(cap_regs, ring.capacity.type, order)) or capacity
-        return head, capacity
-
-    def _ring_entries(self, got: Mapping[Block, Sequence[int]], capacity: int) -> tuple[RingItem, ...]:
-        """The filled slots, at most ``capacity`` of them, as ring items."""
-        ring = self.dev.ring
-        assert ring is not None and ring.slots_register is not None and ring.slot_size is not None
-        entries: list[RingItem] = []
-        for k in range(min(capacity, ring.slot_count)):
-            base = ring.slots_register + k * ring.slot_size
-            values: dict[str, Any] = {}
-            for name, f in ring.fields.items():
-                regs = take(got, replace(f, register=base + (f.offset or 0)))
-                if regs is not None:
-                    values[name] = decode(regs, f.type, self._word_order(f))
-            item = ring_item(self.dev, values)
-            if item is not None:
-                entries.append(item)
-        return tuple(entries)
+        return replace(snap, ring=RingRead(head, capacity, ring_entries(self.dev, got, capacity)))

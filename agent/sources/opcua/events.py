@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent.config.sources import Device, Field
-from agent.core.contract import format_timestamp
 from agent.core.snapshot import RingItem
+from agent.core.timestamps import format_timestamp
 from agent.sources.base import StateLog
 from agent.sources.opcua.values import scalar_problem
 from agent.sources.readings import (

@@ -32,9 +32,9 @@ from typing import Any
 
 from agent.config.sources import Device, OpcUa
 from agent.core.alarms import AlarmMemoryReader, AlarmTracker
-from agent.core.contract import format_timestamp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, RingItem, Snapshot
+from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.opcua.alarms import AlarmLink, ua

@@ -1,0 +1,60 @@
+"""`edge-agent ledger migrate` and `edge-agent ledger check`: the schema's version."""
+
+from __future__ import annotations
+
+import click
+
+from agent.cli.ledger.context import LedgerContext, run_ledger
+
+
+@click.command("migrate")
+@click.pass_obj
+def migrate_cmd(obj: LedgerContext) -> None:
+    """Create or upgrade the ledger schema (numbered migrations; a newer schema is refused).
+
+    `run`, `import` and `demo` migrate by themselves; this does only that, e.g. before a rollout.
+
+    \b
+      edge-agent ledger migrate
+      edge-agent ledger --dsn "host=/run/postgresql dbname=ledger" migrate
+
+    Exit 0 migrated (or nothing to do), 69 PostgreSQL unreachable, 74 the schema is newer than
+    this program or a migration failed (that migration is rolled back).
+    """
+    from agent.ledger import migrations
+
+    async def go() -> list[int]:
+        from agent.ledger.connection import connect
+
+        c = await connect(obj.dsn)
+        try:
+            return await migrations.migrate(c)
+        finally:
+            await c.close()
+
+    applied = run_ledger(go)
+    total = len(migrations.migrations())
+    if applied:
+        click.echo(f"ledger schema migrated to version {total} (applied {', '.join(map(str, applied))})")
+    else:
+        click.echo(f"ledger schema is at version {total}; nothing to do")
+
+
+@click.command("check")
+@click.pass_obj
+def check_cmd(obj: LedgerContext) -> None:
+    """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer).
+
+    \b
+      edge-agent ledger check || edge-agent ledger migrate
+
+    Exit 0 up to date, 69 PostgreSQL unreachable, 74 a migration is pending or the schema is newer.
+    """
+    from agent.ledger import migrations
+
+    async def go() -> None:
+        conn = await obj.open(migrate=False)
+        await conn.close()
+
+    run_ledger(go)
+    click.echo(f"ledger schema is at version {len(migrations.migrations())}")
