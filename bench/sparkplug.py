@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "sparkplug"))
 
 import aiomqtt  # noqa: E402
-from harness import MOSQUITTO, Broker  # noqa: E402
+from sparkplug_parts import MOSQUITTO, Broker  # noqa: E402
 
 from agent.config.sparkplug import SparkplugUpstream  # noqa: E402
 from agent.core.contract import Delivery, payload_hash  # noqa: E402

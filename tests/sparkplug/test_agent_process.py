@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import GROUP, NODE, needs_parts
-from harness import Broker, Host, event_metrics
+from sparkplug_parts import Broker, Host, event_metrics
+from sparkplug_scenario import GROUP, NODE, needs_parts
 
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant

@@ -7,8 +7,8 @@ import asyncio
 from datetime import datetime
 
 import pytest
-from conftest import GROUP, NODE, SITE, delivery, needs_parts, settings, start
-from harness import Broker, Host, event_metrics
+from sparkplug_parts import Broker, Host, event_metrics
+from sparkplug_scenario import GROUP, NODE, SITE, delivery, needs_parts, settings, start
 
 from agent.store.store import Store
 

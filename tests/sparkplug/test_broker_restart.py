@@ -14,8 +14,8 @@ import json
 import os
 
 import pytest
-from conftest import delivery, needs_parts, settings, start
-from harness import Broker, Host, event_metrics
+from sparkplug_parts import Broker, Host, event_metrics
+from sparkplug_scenario import delivery, needs_parts, settings, start
 
 from agent.config.upstreams import Backoff
 from agent.store.store import Store

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import delivery, needs_parts, settings, start
-from harness import Broker, Host, event_metrics
+from sparkplug_parts import Broker, Host, event_metrics
+from sparkplug_scenario import delivery, needs_parts, settings, start
 
 from agent.store.store import Store
 
