@@ -81,6 +81,8 @@ def _varint(n: int) -> bytes:
         n &= (1 << 64) - 1  # two's complement, as protobuf writes a negative int64
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -26,8 +26,9 @@ import aiomqtt
 
 from agent import __version__
 from agent.config.sparkplug import SparkplugUpstream
+from agent.core.contract import device_of
 from agent.core.errors import StoreError
-from agent.core.records import Entry
+from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import DELIVERED, SendOutcome, rejected
 from agent.core.timestamps import format_timestamp
@@ -96,6 +97,7 @@ class SparkplugForwarder:
         self._birthed: dict[str, frozenset[str]] = {}  # device -> its declared State metrics
         self._dead: set[str] = set()  # devices whose DDEATH was published
         self._last_ms: dict[tuple[str | None, str], int] = {}
+        self._writing: asyncio.Task[None] | None = None  # the evidence of the last batch, being written
         self._mark = 0  # rows up to this outbox id were pending at the births: historical
         self.started = asyncio.Event()
 
@@ -134,6 +136,7 @@ class SparkplugForwarder:
                 reason, ndeath = f"connection lost: {exc}", False
             finally:
                 self._session = None
+                await self._evidence_written()
                 resent = self.window.broken()
                 st.connected, st.in_window = False, 0
                 if not stop.is_set():
@@ -250,13 +253,20 @@ class SparkplugForwarder:
                 sent.append(entry.outbox_id)
                 sends.append((entry.outbox_id, entry.attempt, bd, seq, now))
         finally:
-            await self._evidence(sends)
+            # Written while the next rows go out (one write in hand at a time, in order).
+            await self._evidence_written()
+            self._writing = asyncio.create_task(self._evidence(sends))
         self.window.published(time.monotonic(), sent)
         self.state.published += len(sent)
         self.state.in_window = self.window.rows
         if refused:
             await self.outbox.settle(refused, now)
         await session.flow()
+
+    async def _evidence_written(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            await writing
 
     async def _evidence(self, sends: list[tuple[int, int, int, int, str]]) -> None:
         try:
@@ -356,11 +366,8 @@ class SparkplugForwarder:
 
 
 def _device_of(entry: Entry) -> str | None:
-    from agent.core.contract import device_of
-    from agent.core.records import BootObserved, ChannelAnomaly, IdentityIncomplete, Transition
-
     rec = entry.record
-    if isinstance(rec, Transition | ChannelAnomaly):
+    if type(rec) is Transition or isinstance(rec, ChannelAnomaly):
         return device_of(rec.source)
     if isinstance(rec, BootObserved):
         return rec.device
