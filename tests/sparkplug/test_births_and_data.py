@@ -40,6 +40,9 @@ async def test_births_before_data_seq_timestamps_and_properties(
         ]
         await sp_store.record(live)
         await until(lambda: len(event_metrics(host.messages("DDATA"), "Events/Transition")) >= 35)
+        # a live row whose source time is not newer than the last one of its metric: historical
+        await sp_store.record([delivery("PUMP-07/Trip", 36, "B17", "2026-04-22T08:00:59.000Z")])
+        await until(lambda: len(event_metrics(host.messages("DDATA"), "Events/Transition")) >= 36)
     finally:
         await run.finish()
     await host.until(lambda e: e.get("verb") == "NDEATH")
@@ -78,7 +81,8 @@ async def test_births_before_data_seq_timestamps_and_properties(
     assert declared["Overload/State"]["isNull"] is True
     assert declared["Device Info/Boot Id"]["value"] == "B17"
     # every metric of data is declared in the birth; timestamps are source times
-    events = event_metrics(host.messages("DDATA"), "Events/Transition")
+    *events, late = event_metrics(host.messages("DDATA"), "Events/Transition")
+    assert late["properties"]["canonicalId"]["value"] == "B17:36" and late["isHistorical"] is True
     assert all(m["declared"] for msg in host.messages("DDATA") for m in msg["metrics"])
     ids = [m["properties"]["canonicalId"]["value"] for m in events]
     assert ids == [f"B17:{n}" for n in range(1, 36)]
@@ -98,7 +102,7 @@ async def test_births_before_data_seq_timestamps_and_properties(
         " JOIN outbox o ON o.outbox_id = s.outbox_id JOIN events e ON e.canonical_id = o.ref_id"
         " WHERE o.kind = 'transition'"
     )
-    saw = {(m["properties"]["canonicalId"]["value"], 0, m["seq"], 1) for m in events}
+    saw = {(m["properties"]["canonicalId"]["value"], 0, m["seq"], 1) for m in [*events, late]}
     assert {tuple(r) for r in kept} == saw
     states = event_metrics(host.messages("DDATA"), "Trip/State")
-    assert len(states) == 35 and all(s["value"] == "Tripped" for s in states)
+    assert len(states) == 36 and all(s["value"] == "Tripped" for s in states)
