@@ -141,7 +141,8 @@ class SparkplugForwarder:
                 st.connected, st.in_window = False, 0
                 if not stop.is_set():
                     st.breaks += 1
-                log.warning(
+                log.log(
+                    logging.INFO if stop.is_set() else logging.WARNING,
                     "sparkplug session ended upstream=%s bdSeq=%s reason=%s rows_to_resend=%d",
                     self.upstream.name,
                     st.bd_seq,
