@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 
 import pytest
 from sparkplug_parts import Broker, Host, event_metrics
@@ -22,7 +21,6 @@ from agent.store.store import Store
 
 pytestmark = [needs_parts(), pytest.mark.timeout(120)]
 
-KILLS = int(os.environ.get("SPARKPLUG_BROKER_KILLS", "3"))
 PER_TICK, TICK_S, TICKS_BETWEEN_KILLS = 10, 0.1, 8
 
 
@@ -31,7 +29,10 @@ def seen(host: Host) -> list[str]:
     return [m["properties"]["canonicalId"]["value"] for m in event_metrics(msgs, "Events/Transition")]
 
 
-async def test_broker_killed_mid_stream_loses_nothing(broker: Broker, host: Host, sp_store: Store) -> None:
+@pytest.mark.parametrize("kills", [3, pytest.param(20, marks=pytest.mark.slow)], ids=["3-kills", "20-kills"])
+async def test_broker_killed_mid_stream_loses_nothing(
+    broker: Broker, host: Host, sp_store: Store, kills: int
+) -> None:
     up = settings(broker, keepalive_s=1.0, backoff=Backoff(1.5, 1.5))
     run = await start(sp_store, up, (("PUMP-07", ("Trip",)),))
     n = 0
@@ -48,7 +49,7 @@ async def test_broker_killed_mid_stream_loses_nothing(broker: Broker, host: Host
 
     try:
         await host.until(lambda e: e.get("verb") == "DBIRTH")
-        for k in range(KILLS):
+        for k in range(kills):
             async with asyncio.timeout(30):  # each kill hits a session that is up and streaming
                 while run.forwarder.state.births < k + 1 or not run.forwarder.state.connected:
                     await asyncio.sleep(0.05)
@@ -76,7 +77,7 @@ async def test_broker_killed_mid_stream_loses_nothing(broker: Broker, host: Host
     print(
         json.dumps(
             {
-                "broker_kills": KILLS,
+                "broker_kills": kills,
                 "events_stored": len(stored),
                 "seen_by_host": len(set(ids)),
                 "messages_with_repeats": len(ids),
@@ -86,7 +87,7 @@ async def test_broker_killed_mid_stream_loses_nothing(broker: Broker, host: Host
         )
     )
     assert not lost
-    assert run.forwarder.state.births == KILLS + 1
+    assert run.forwarder.state.births == kills + 1
     assert births[0] == 0 and births == sorted(set(births))  # bdSeq + 1 on every CONNECT
     assert all(i in stored for i in ids)  # repeats carry the same canonicalId: nothing else appears
     assert dict(rows) == {"delivered": n + 1}  # + the BootObserved of B17
