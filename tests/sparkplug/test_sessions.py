@@ -5,11 +5,14 @@ STATE gates births and data, the delivery window, rebirth on NCMD, bad commands,
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from sparkplug_parts import Broker, Host, event_metrics
 from sparkplug_scenario import delivery, needs_parts, settings, start
 
+from agent.core.contract import Anomaly, Delivery
+from agent.core.intake import parse_delivery
 from agent.store.store import Store
 
 pytestmark = [needs_parts(), pytest.mark.timeout(90)]
@@ -149,5 +152,33 @@ async def test_plc_restart_gives_boot_observed_and_the_new_boot_id(
         assert boots[-1]["properties"]["transitionId"]["value"] is None  # a boot has none: is_null
         assert [m["value"] for m in event_metrics(data, "Device Info/Boot Id")] == ["B17", "B18"]
         assert ids(host)[-1] == ("B18:1", False)
+        # a gap, a reset and an identity-incomplete record: their own event metrics, nothing made up
+        gap = Anomaly("PUMP-07/Trip", "B18", "gap", "2", "4", "2026-04-22T08:00:09.000Z")
+        reset = Anomaly("PUMP-07/Trip", "B18", "reset", "9", "1", "2026-04-22T08:00:10.000Z")
+        incomplete = parse_delivery(
+            json.dumps({"source": "PUMP-07/Trip", "transitionId": "T7", "payload": {"state": "x"}}),
+            arrival_at="2026-04-22T08:00:11.000Z",
+            receiver="test",
+        )
+        assert isinstance(incomplete, Delivery)
+        await sp_store.record([incomplete], anomalies=[gap, reset])
+        await until(
+            lambda: all(
+                event_metrics(host.messages("DDATA"), n)
+                for n in ("Events/Gap", "Events/Anomaly", "Events/IdentityIncomplete")
+            )
+        )
+        data = host.messages("DDATA")
+        (g,) = event_metrics(data, "Events/Gap")
+        assert g["properties"]["canonicalId"]["value"] == "gap:B18:2:4" and '"kind":"gap"' in g["value"]
+        assert g["timestamp"] == 1776844809000
+        (a,) = event_metrics(data, "Events/Anomaly")
+        assert a["properties"]["canonicalId"]["value"] == "reset:B18:9:1"
+        (i,) = event_metrics(data, "Events/IdentityIncomplete")
+        assert i["properties"]["bootId"]["value"] is None  # unknown: is_null, never made up
+        assert i["properties"]["transitionId"]["value"] == "T7"
+        assert i["properties"]["sourceTimestamp"]["value"] is None  # its time is the arrival's
+        assert i["timestamp"] == 1776844811000
+        assert i["device"] == "PUMP-07" and i["declared"]
     finally:
         await run.finish()
