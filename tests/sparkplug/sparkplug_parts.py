@@ -93,10 +93,12 @@ class Broker:
 class Host:
     """The Node.js Sparkplug host: its decoded events in `events`, commands by `send()`."""
 
-    def __init__(self, url: str, group: str, host_id: str | None = None) -> None:
+    def __init__(self, url: str, group: str, host_id: str | None = None, *, v22: bool = False) -> None:
         cmd = [str(NODE), str(HOST_DIR / "host.js"), "--url", url, "--group", group]
         if host_id:
             cmd += ["--host-id", host_id]
+        if v22:
+            cmd += ["--state-version", "22"]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

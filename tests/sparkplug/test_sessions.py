@@ -88,6 +88,26 @@ async def test_primary_host_gates_births_history_then_live(broker: Broker, sp_st
         host.close()
 
 
+async def test_a_sparkplug_2_2_host_gates_births_only_with_state_v22(broker: Broker, sp_store: Store) -> None:
+    host = Host(broker.url, "plant-1", host_id="scada-22", v22=True)
+    try:
+        host.send(cmd="state22", online=False)
+        await asyncio.sleep(0.3)
+        await sp_store.record([delivery("PUMP-07/Trip", 1, "B17", ts(1))])
+        up = settings(broker, primary_host_id="scada-22", state_v22=True)
+        run = await start(sp_store, up, (("PUMP-07", ("Trip",)),))
+        try:
+            await asyncio.sleep(1.0)
+            assert host.messages() == [] and run.forwarder.state.primary_host_online is False
+            host.send(cmd="state22", online=True)
+            await until(lambda: len(ids(host)) == 1)
+            assert [m["verb"] for m in host.messages()][:2] == ["NBIRTH", "DBIRTH"]
+        finally:
+            await run.finish()
+    finally:
+        host.close()
+
+
 async def test_window_then_delivered_and_rebirth_resends(broker: Broker, host: Host, sp_store: Store) -> None:
     run = await start(sp_store, settings(broker, keepalive_s=1.0), (("PUMP-07", ("Trip",)),))
     try:

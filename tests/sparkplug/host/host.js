@@ -1,7 +1,9 @@
 // An independent Sparkplug B host for the tests: Eclipse Tahu's JavaScript codec
 // (npm sparkplug-payload) and mqtt.js. Not edge-agent's code: it judges our encoder.
 //
-//   node host.js --url mqtt://127.0.0.1:PORT --group G [--host-id H]
+//   node host.js --url mqtt://127.0.0.1:PORT --group G [--host-id H [--state-version 22]]
+//   (with --host-id it publishes its STATE online when connected, and its Will says offline;
+//   --state-version 22: as a Sparkplug 2.2 host, `STATE/<H>` ONLINE/OFFLINE)
 //
 // Prints one JSON line per event on stdout: {"event":"ready"}, {"event":"connect"},
 // {"event":"message", topic, verb, node, device, seq, timestamp, metrics:[...]} (every
@@ -29,14 +31,14 @@ const num = (v) => (Long.isLong(v) ? Number(v.toString()) : v);
 const births = new Map(); // "node/device/metric" -> datatype number, from NBIRTH/DBIRTH
 const TYPES = { Int64: 4, Boolean: 11, String: 12, Int32: 3, UInt64: 8, Double: 10, Float: 9 };
 
-const stateTopic = hostId ? `spBv1.0/STATE/${hostId}` : null;
-const will = stateTopic
-  ? { topic: stateTopic, payload: JSON.stringify({ online: false, timestamp: Date.now() }), qos: 1, retain: true }
-  : undefined;
+const v22 = args["state-version"] === "22";
+const stateTopic = hostId ? (v22 ? `STATE/${hostId}` : `spBv1.0/STATE/${hostId}`) : null;
+const stateBody = (online) => (v22 ? (online ? "ONLINE" : "OFFLINE") : JSON.stringify({ online, timestamp: Date.now() }));
+const will = stateTopic ? { topic: stateTopic, payload: stateBody(false), qos: 1, retain: true } : undefined;
 const client = mqtt.connect(args.url, { clientId: `test-host-${process.pid}`, clean: true, reconnectPeriod: 200, will });
 
 function publishState(online) {
-  client.publish(stateTopic, JSON.stringify({ online, timestamp: Date.now() }), { qos: 1, retain: true });
+  client.publish(stateTopic, stateBody(online), { qos: 1, retain: true });
 }
 
 client.on("connect", () => {
