@@ -120,6 +120,7 @@ class Config:
     file: str = ""
     warnings: tuple[str, ...] = ()  # `check` and `run` say them; nothing fails
     files: tuple[FileUse, ...] = ()  # every file and directory the settings name (agent.config.paths)
+    status_every: float = 60.0  # seconds between status records on the upstreams (operator.md 3)
 
 
 # --- the loader ------------------------------------------------------------------------------
@@ -146,6 +147,7 @@ def load(path: str | Path, *, check_files: bool = True, paths: PathEnv | None = 
     store = _store(top.sub("store"))
     upstreams = _upstreams(top, gateway)
     metrics = _metrics(top.sub("metrics")) if top.has("metrics") else None
+    status_every = top.get("status_every", _positive_duration, 60.0)
     devices = [
         _device(_Section(ctx, entry, f"devices[{i}]", top.key_line("devices")), ctx)
         for i, entry in enumerate(top.get("devices", _list, _empty()))
@@ -160,7 +162,16 @@ def load(path: str | Path, *, check_files: bool = True, paths: PathEnv | None = 
         raise ConfigProblems(problems)
     warnings = window_warnings(devices) + tuple(metrics_warnings(metrics, str(main)))
     return Config(
-        site, gateway, store, tuple(devices), upstreams, metrics, str(main), warnings, tuple(ctx.files)
+        site,
+        gateway,
+        store,
+        tuple(devices),
+        upstreams,
+        metrics,
+        str(main),
+        warnings,
+        tuple(ctx.files),
+        status_every,
     )
 
 

@@ -30,6 +30,8 @@ class ConnectionLive:
     polls: int = 0
     read_errors: int = 0
     last_error: str | None = None
+    period_s: float | None = None  # the poll interval, when the loop polls on ticks
+    ticks_missed: int = 0
 
     @property
     def last_poll_at(self) -> str | None:
@@ -37,14 +39,20 @@ class ConnectionLive:
         return None if at is None else format_timestamp(datetime.fromtimestamp(at, UTC))
 
     def polled(self, at_s: float, boot_id: str | None) -> None:
-        """A poll answered at `at_s` (wall clock, seconds since the Unix epoch)."""
+        """A poll answered at `at_s` (wall clock, seconds since the Unix epoch).
+
+        Ticks missed: the ticks that passed since the previous answer without one of their own (a
+        read slower than the interval, or a link that was down), `round(gap / period) - 1`."""
+        prev, period = self.last_poll_s, self.period_s
+        if prev is not None and period and at_s > prev:
+            self.ticks_missed += max(0, round((at_s - prev) / period) - 1)
         self.state, self.last_poll_s, self.polls = "up", at_s, self.polls + 1
         if boot_id is not None:
             self.boot_id = boot_id
 
     def snapshot(self) -> dict[str, Any]:
         out = asdict(self)
-        del out["last_poll_s"]
+        del out["last_poll_s"], out["period_s"]
         return {**out, "last_poll_at": self.last_poll_at}
 
     def failed(self, error: str) -> None:

@@ -1,8 +1,9 @@
 """`ledger.yaml` -> typed settings, every problem at once with file:line (exit 78).
 
 Shape (ledger.md section 6; names may grow, never change): `dsn`, `password_file`, `mqtt`,
-`http` (at least one of the two), `notify` (rules). Reuses the gateway's line-numbered YAML
-reader, so messages look the same.
+`http` (at least one of the two), `notify` (rules), `require_sync_standby` (section 7: refuse to
+acknowledge while the primary has no synchronous standby; default false). Reuses the
+gateway's line-numbered YAML reader, so messages look the same.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agent.config.units import parse_size
 from agent.config.yaml_lines import (
     ConfigProblems,
     Problem,
+    _bool,
     _Ctx,
     _int_in,
     _list,
@@ -26,6 +28,7 @@ from agent.config.yaml_lines import (
     _Section,
     _text,
 )
+from agent.ledger.config_views import DEFAULT_STATUS_TOPIC, MetricsSettings, WebSettings, views
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\s]+):(?P<port>\d{1,5})")
@@ -82,6 +85,10 @@ class LedgerConfig:
     http: HttpIntake | None
     notify: tuple[NotifyRule, ...]
     file: str
+    metrics: MetricsSettings | None = None
+    web: WebSettings | None = None
+    status_topic: str = DEFAULT_STATUS_TOPIC
+    require_sync_standby: bool = False
 
 
 def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
@@ -95,12 +102,14 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
     top = _Section(ctx, doc if doc is not None else _Map(), "", 1)
     dsn = top.get("dsn", _text, "") or None
     password_file = top.get("password_file", _file(check_files), "") or None
+    require_sync = top.get("require_sync_standby", _bool, False)
     mqtt = _mqtt(top.sub("mqtt"), check_files) if top.has("mqtt") else None
     http = _http(top.sub("http"), check_files) if top.has("http") else None
     rules = [
         _rule(_Section(ctx, entry, f"notify[{i}]", top.key_line("notify")))
         for i, entry in enumerate(top.get("notify", _list, _no_rules()))
     ]
+    metrics, web, status_topic = views(top, check_files)
     top.finish()
     if mqtt is None and http is None and not problems:
         problems.append(
@@ -114,7 +123,9 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
             )
     if problems:
         raise ConfigProblems(problems)
-    return LedgerConfig(dsn, password_file, mqtt, http, tuple(rules), str(main))
+    return LedgerConfig(
+        dsn, password_file, mqtt, http, tuple(rules), str(main), metrics, web, status_topic, require_sync
+    )
 
 
 def _no_rules() -> list[Any]:

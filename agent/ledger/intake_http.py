@@ -24,6 +24,9 @@ from agent.core.timestamps import format_timestamp
 from agent.ledger.cloudevents import BodyError, parse_body
 from agent.ledger.config import HttpIntake
 from agent.ledger.errors import LedgerUnavailable
+from agent.ledger.status_intake import HTTP_TYPE as STATUS_TYPE
+from agent.ledger.status_intake import StatusStore
+from agent.ledger.status_intake import handle_http as handle_status
 from agent.ledger.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,7 @@ class HttpServer:
         self.app.router.add_post("/{tail:.*}", self.handle)
         self._runner: web.AppRunner | None = None
         self.port = settings.port
+        self.status_store: StatusStore | None = None  # gateways' status records (status_intake)
 
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=10.0)
@@ -78,6 +82,8 @@ class HttpServer:
         if not self._authorised(request):
             return _problem(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
         ctype = request.content_type
+        if ctype == STATUS_TYPE and self.status_store is not None:  # not an event: its own table
+            return await handle_status(request, self.status_store)
         if ctype != BATCH_TYPE and ctype not in SINGLE_TYPES:
             return _problem(
                 415, f"content type {ctype!r} is not {BATCH_TYPE} or application/cloudevents+json"

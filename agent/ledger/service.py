@@ -20,6 +20,8 @@ from agent.ledger.errors import LedgerUnavailable
 from agent.ledger.intake_http import HttpServer
 from agent.ledger.intake_mqtt import MqttSubscriber
 from agent.ledger.notifier import Notifier
+from agent.ledger.side_servers import side_servers
+from agent.ledger.status_intake import StatusStore, run_mqtt
 from agent.ledger.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -33,7 +35,12 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
         if config.password_file
         else None
     )
-    writer = Writer(dsn or config.dsn, password=password, rules=config.notify)
+    writer = Writer(
+        dsn or config.dsn,
+        password=password,
+        rules=config.notify,
+        require_sync_standby=config.require_sync_standby,
+    )
     try:
         await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start
     except LedgerUnavailable as exc:
@@ -41,12 +48,21 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
     http = HttpServer(config.http, writer) if config.http is not None else None
     mqtt = MqttSubscriber(config.mqtt, writer) if config.mqtt is not None else None
     notifier = Notifier(dsn or config.dsn, password=password) if config.notify else None
+    statuses = StatusStore(dsn or config.dsn, password=password)
+    if http is not None:
+        http.status_store = statuses
     try:
         if http is not None:
             await http.start()
         async with asyncio.TaskGroup() as tg:
             if mqtt is not None:
                 tg.create_task(mqtt.run(stop), name="mqtt-intake")
+            if config.mqtt is not None:
+                tg.create_task(
+                    run_mqtt(config.mqtt, config.status_topic, statuses, stop), name="status-intake"
+                )
+            for name, side in side_servers(config, dsn or config.dsn, password, stop):
+                tg.create_task(side, name=name)
             if notifier is not None:
                 tg.create_task(notifier.run(stop), name="notifier")
             log.info("ledger running")
@@ -55,6 +71,7 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
     finally:
         if http is not None:
             await http.stop()
+        await statuses.close()
         await writer.close()
 
 

@@ -12,7 +12,9 @@ and could not read.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -38,6 +40,12 @@ class SnapshotCollector(Collector):
         yield GaugeMetricFamily(
             "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
         )
+        if snap.get("store_room") is not None:
+            yield GaugeMetricFamily(
+                "edge_agent_store_room_bytes",
+                "Bytes the store may still grow: the smaller of the disk's free room and max_size's",
+                value=snap["store_room"],
+            )
 
 
 def _connections(snap: dict[str, Any]) -> Iterator[Metric]:
@@ -47,12 +55,18 @@ def _connections(snap: dict[str, Any]) -> Iterator[Metric]:
     up = GaugeMetricFamily(
         "edge_agent_connection_up", "1 when the last poll answered", labels=["device", "connection"]
     )
+    missed = CounterMetricFamily(
+        "edge_agent_ticks_missed",
+        "Poll ticks that passed without an answer of their own (slow reads or a link down)",
+        labels=["device", "connection"],
+    )
     for c in snap.get("connections", []):
         labels = [c["device"], c["receiver"]]
         polls.add_metric(labels, c["polls"])
         errors.add_metric(labels, c["read_errors"])
         up.add_metric(labels, 1.0 if c["state"] == "up" else 0.0)
-    yield from (polls, errors, up)
+        missed.add_metric(labels, c.get("ticks_missed", 0))
+    yield from (polls, errors, up, missed)
 
 
 def _recording(snap: dict[str, Any]) -> Iterator[Metric]:
@@ -102,11 +116,29 @@ def _upstreams(snap: dict[str, Any]) -> Iterator[Metric]:
     attempts = CounterMetricFamily(
         "edge_agent_delivery_attempts", "Upstream sends, retries included", labels=["upstream"]
     )
+    oldest = GaugeMetricFamily(
+        "edge_agent_oldest_pending_age_seconds",
+        "Age of the oldest outbox row not yet delivered (0 when none)",
+        labels=["upstream"],
+    )
+    now = time.time()
     for u in snap.get("outbox", []):
         backlog.add_metric([u["upstream"]], u["pending"])
         dead.add_metric([u["upstream"]], u["rejected"])
         attempts.add_metric([u["upstream"]], u["attempts"])
-    yield from (backlog, dead, attempts)
+        oldest.add_metric([u["upstream"]], pending_age_s(u.get("oldest_pending_at"), now))
+    yield from (backlog, dead, attempts, oldest)
+
+
+def pending_age_s(oldest_pending_at: str | None, now: float) -> float:
+    """Seconds since the oldest pending row was recorded (0 when none or unreadable)."""
+    if not oldest_pending_at:
+        return 0.0
+    try:
+        at = datetime.fromisoformat(oldest_pending_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+    return max(0.0, now - at)
 
 
 def _sparkplug(snap: dict[str, Any]) -> Iterator[Metric]:

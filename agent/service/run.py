@@ -183,6 +183,8 @@ class Service:
         self.budget = budget
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.status = StatusWriter(self.live, self.now, status_interval_s)
+        self.status.max_size, self.status.status_every_s = cfg.store.max_size, cfg.status_every
+        self.status.identity = (cfg.site, cfg.gateway) if cfg.upstreams else None
         self.ready = asyncio.Event()
         self.supervisor = Supervisor(Fatal(asyncio.Event()), tasks=self.live.tasks)
         self.resume: dict[str, Resume] = {}

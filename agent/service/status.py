@@ -19,9 +19,10 @@ from typing import Any
 from agent.core.decide import Outcome
 from agent.core.errors import StoreError
 from agent.core.live import ServiceLive
-from agent.service import process, sdnotify
+from agent.service import process, sdnotify, status_record
 from agent.service.recorder import Recorder
 from agent.service.upstream_tasks import UpstreamTask
+from agent.store.reserve import fs_free_bytes
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,12 @@ class StatusWriter:
         self.collector: Any = None  # agent.service.metrics.SnapshotCollector when metrics are on
         self._outbox_counts: list[dict[str, Any]] = []
         self._counts_at = 0.0
+        self._store_bytes = 0
+        self._store_room: int | None = None
+        self.max_size: int | None = None  # the store's configured max_size (its room is counted to it)
+        self.identity: tuple[str, str] | None = None  # (site, gateway): status records are published
+        self.status_every_s = 60.0
+        self._status_at = -1e18
         self.process = process.mark()  # which process this is, so `status` knows when it is gone
 
     def count(self, outcomes: Sequence[Outcome]) -> None:
@@ -73,17 +80,42 @@ class StatusWriter:
             await store.write_live_state("service", self.now(), json.dumps(snapshot))
         except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly
             log.debug("live state not written: %s", exc)
+        status_due = self.identity is not None and time.monotonic() - self._status_at >= self.status_every_s
+        if self.collector is not None or status_due:
+            await self._refresh(store, force=status_due)
         if self.collector is not None:
-            await self._feed_metrics(store, snapshot)
+            self.collector.snapshot = {
+                **snapshot,
+                "decisions": dict(self.decisions),
+                "outbox": self._outbox_counts,
+                "store_bytes": self._store_bytes,
+                "store_room": self._store_room,
+            }
+        if status_due and self.identity is not None:
+            self._status_at = time.monotonic()
+            site, gateway = self.identity
+            record = status_record.build(
+                site=site,
+                gateway=gateway,
+                at=self.now(),
+                now_s=time.time(),
+                outbox=self._outbox_counts,
+                store_room=self._store_room,
+                connections=snapshot.get("connections", []),
+            )
+            await status_record.publish([f.sink for f in forwarders], gateway, record)
 
-    async def _feed_metrics(self, store: Store, snapshot: dict[str, Any]) -> None:
-        if time.monotonic() - self._counts_at > OUTBOX_COUNT_EVERY_S:
+    async def _refresh(self, store: Store, *, force: bool) -> None:
+        """Outbox counts (at most every OUTBOX_COUNT_EVERY_S unless forced), store size and room."""
+        if force or time.monotonic() - self._counts_at > OUTBOX_COUNT_EVERY_S:
             self._outbox_counts = [asdict(c) for c in await store.outbox.counts()]
             self._counts_at = time.monotonic()
-        size = sum(p.stat().st_size for p in (Path(store.path), Path(store.path + "-wal")) if p.exists())
-        self.collector.snapshot = {
-            **snapshot,
-            "decisions": dict(self.decisions),
-            "outbox": self._outbox_counts,
-            "store_bytes": size,
-        }
+        paths = (Path(store.path), Path(store.path + "-wal"))
+        self._store_bytes = sum(p.stat().st_size for p in paths if p.exists())
+        try:
+            free = await asyncio.to_thread(fs_free_bytes, store.path)
+        except OSError:
+            self._store_room = None
+            return
+        quota = None if self.max_size is None else max(0, self.max_size - self._store_bytes)
+        self._store_room = free if quota is None else min(free, quota)

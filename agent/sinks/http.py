@@ -37,6 +37,9 @@ from agent.sinks.tls import read_secret, tls_context
 log = logging.getLogger(__name__)
 
 
+STATUS_CONTENT_TYPE = "application/vnd.edgeagent.status+json"
+
+
 def batch_idempotency_key(events: Sequence[Event]) -> str:
     if len(events) == 1:
         return events[0].idempotency_key
@@ -71,6 +74,16 @@ class HttpSink:
                 out.extend([failed] * (len(events) - len(out)))
                 break
         return out
+
+    async def publish_status(self, gateway: str, body: bytes) -> bool:
+        """The gateway's status record, POSTed to the upstream's URL as
+        `application/vnd.edgeagent.status+json` (the ledger keeps it apart from the events)."""
+        s = self.settings
+        headers = {"Content-Type": STATUS_CONTENT_TYPE}
+        if s.token_file is not None:
+            headers["Authorization"] = f"Bearer {read_secret(s.token_file)}"
+        async with self._open().post(s.url, data=body, headers=headers) as resp:
+            return 200 <= resp.status < 300
 
     async def close(self) -> None:
         if self._session is not None:

@@ -212,6 +212,16 @@ class MqttSink:
     async def close(self) -> None:
         await self._drop()
 
+    async def publish_status(self, gateway: str, body: bytes) -> bool:
+        """The gateway's status record, retained at QoS 1 on `<site>/status/<gateway>`, on the events'
+        connection when it is up (False when not: the next record comes in `status_every`)."""
+        client = self._client
+        if client is None or not self.connected:
+            return False
+        topic = f"{status_level(self.site)}/status/{status_level(gateway)}"
+        await asyncio.wait_for(client.publish(topic, body, qos=1, retain=True), self.settings.ack_timeout_s)
+        return True
+
     # --- internals -------------------------------------------------------------
 
     def _where(self) -> str:
@@ -304,3 +314,8 @@ class MqttSink:
             return
         with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):
             await asyncio.wait_for(client.__aexit__(None, None, None), 2.0)
+
+
+def status_level(name: str) -> str:
+    """A name as one topic level: `+`, `#` and `/` never reach a topic."""
+    return "".join("-" if ch in "+#/" else ch for ch in name) or "-"

@@ -24,7 +24,7 @@ from typing import Any, assert_never
 
 from agent.config.sources import Connection, Device, ModbusRtu, ModbusTcp, OpcUa
 from agent.core.alarms import AlarmMemoryReader
-from agent.core.live import ServiceLive
+from agent.core.live import ConnectionLive, ServiceLive
 from agent.core.tracker import Resume
 from agent.sources.base import ObservationSink, Source, run_source
 from agent.sources.modbus.poller import ModbusSource
@@ -79,7 +79,7 @@ async def run_device(
                     stop,
                     backoff_initial=device.backoff_initial,
                     backoff_max=device.backoff_max,
-                    live=live.connection(device.name, source.receiver) if live is not None else None,
+                    live=_live_of(live, device, source.receiver),
                 )
 
             tg.create_task(supervise(name, start, stop), name=name)
@@ -105,3 +105,12 @@ async def run_pollers(
                 device, sink, stop, live, resume=point, supervise=supervise, alarm_memory=alarm_memory
             )
             tg.create_task(run, name=f"device[{device.name}]")
+
+
+def _live_of(live: ServiceLive | None, device: Device, receiver: str) -> ConnectionLive | None:
+    """The connection's live state, knowing its poll interval (to count the ticks it misses)."""
+    if live is None:
+        return None
+    conn = live.connection(device.name, receiver)
+    conn.period_s = device.poll
+    return conn

@@ -237,6 +237,37 @@ def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
     _opcua_subscribe_smoke("node-opcua")
 
 
+def test_web_quick_times_each_page_beside_its_bare_query() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("web.py", "--quick")
+    assert got["bench"] == "web" and got["events"] == 5_000
+    assert set(got["pages"]) >= {"overview", "events", "event", "conflicts_open", "pending_open", "timeline"}
+    for name, page in got["pages"].items():
+        assert page["requests"] == 10, name
+        assert page["bare_p50_ms"] > 0 and 0 < page["page_p50_ms"] <= page["page_p95_ms"], name
+        assert page["page_vs_bare_p50"] > 0, name
+    assert got["max_page_p95_ms"] == max(p["page_p95_ms"] for p in got["pages"].values())
+
+
+def test_ledger_failover_quick_loses_nothing_through_one_failover() -> None:
+    got = run_bench("ledger_failover.py", "--quick")
+    assert got["bench"] == "ledger_failover" and got["standby"] == "sync" and got["failovers"] == 1
+    assert got["lost"] == 0 and got["lost_deliveries"] == {"gw-mqtt": 0, "gw-http": 0}
+    assert got["arrivals_per_key"] == {"2": got["events"]} and got["deliveries_with_two_arrivals"] == 0
+
+
+def test_ledger_fleet_quick_compares_sync_with_nosync_and_loses_nothing() -> None:
+    got = run_bench("ledger_fleet.py", "--quick")
+    assert got["bench"] == "ledger_fleet" and got["lost"] == 0
+    assert got["x2_sync_canonicals_ok"] and got["x2_nosync_canonicals_ok"]
+    assert_compared(got["x2_sync_arrivals_per_s"], got["x2_nosync_arrivals_per_s"], got["x2_sync_vs_nosync"])
+
+
 @pytest.mark.skipif(
     shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists(),
     reason="mosquitto is not installed: bench/sparkplug.py starts its own broker",

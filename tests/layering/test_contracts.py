@@ -55,6 +55,11 @@ BREAKS = [
     ),
     ("agent/service/recorder.py", "import psycopg", "only the ledger and the CLI speak PostgreSQL"),
     (
+        "agent/ledger/web/queries.py",
+        "import agent.ledger.arbiter",
+        "the review page never reaches the intake or the arbiter",
+    ),
+    (
         "agent/sparkplug/mapping.py",
         "import aiomqtt",
         "the Sparkplug room: its codec, mapping, host rules and window are pure",

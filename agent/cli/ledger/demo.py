@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import click
 
@@ -31,8 +32,23 @@ from agent.cli.ledger.report import write_tables
 @click.option(
     "--keep", metavar="DIR", help="Put configs, stores and logs here (default: a new temporary directory)."
 )
-@click.pass_obj
-def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) -> None:
+@click.option(
+    "--web/--no-web",
+    "web",
+    default=None,
+    help="At the end, serve the review page until Ctrl-C (default: when run in a terminal).",
+)
+@click.option(
+    "--web-listen",
+    default="127.0.0.1:8089",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where the review page listens (a free port when this one is taken).",
+)
+@click.pass_context
+def demo_cmd(
+    ctx: click.Context, mqtt: str, seconds: float, keep: str | None, web: bool | None, web_listen: str
+) -> None:
     """Two gateways, one simulated PLC, one canonical event with two arrivals.
 
     Starts a simulated PLC (Modbus TCP, a free port), two `edge-agent run` gateways (gw-1,
@@ -40,23 +56,105 @@ def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) ->
     demo's own; after --seconds it stops them all, prints the ledger's report and checks that
     each of the demo's events is one canonical event with an arrival from each gateway. The
     ledger database is migrated if needed; the demo's events stay in it (source demo-XXXXXX/...).
+    Then it adds a conflict and a pending arrival (source demo-XXXXXX-review/...) and, in a
+    terminal, serves the review page until Ctrl-C.
+
+    On a fresh machine: with no PostgreSQL configured (no --dsn, EDGE_LEDGER_DSN or PG*
+    variables) it starts a throwaway cluster when the PostgreSQL server binaries are installed,
+    and its own Mosquitto when nothing listens at the default --mqtt; it says what to install
+    when they are missing. Both are removed at the end.
 
     \b
+      edge-agent ledger demo                      # fresh machine: everything of its own
       edge-agent ledger --dsn "host=127.0.0.1 dbname=ledger" demo
-      edge-agent ledger demo --mqtt 127.0.0.1:1883 --seconds 30 --keep ./ledger-demo
+      edge-agent ledger demo --mqtt 127.0.0.1:1883 --seconds 30 --keep ./ledger-demo --no-web
 
     Exit 0 when every demo event has arrivals from both gateways, 1 when not (or a part did not
     start; its log is named), 69 no broker at --mqtt or PostgreSQL unreachable, 74/78 as for every
     ledger command.
     """
-    from agent.cli.ledger import demo_run
-    from agent.core.wording import counted
-    from agent.ledger import report
+    from agent.cli.ledger import throwaway
 
+    obj: LedgerContext = ctx.obj
     host, _, port = mqtt.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"{mqtt!r} must be HOST:PORT, e.g. 127.0.0.1:1883", param_hint="--mqtt")
-    why = demo_run.broker_reachable(host, int(port))
+    web_host, web_port = _listen(web_listen)
+    own_mqtt = ctx.get_parameter_source("mqtt") is click.core.ParameterSource.DEFAULT
+    cleanup: list[Callable[[], None]] = []
+    try:
+        if not throwaway.postgres_configured(obj.dsn):
+            obj = LedgerContext(_throwaway_postgres(cleanup))
+        if own_mqtt and not throwaway.listening(int(port), host):
+            host, port = "127.0.0.1", str(_own_broker(cleanup))
+        _demo(obj, host, int(port), seconds, keep, web, web_host, web_port)
+    finally:
+        for undo in reversed(cleanup):
+            undo()
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{value!r} must be HOST:PORT", param_hint="--web-listen")
+    return host, int(port)
+
+
+def _throwaway_postgres(cleanup: list[Callable[[], None]]) -> str:
+    from agent.cli.ledger import throwaway
+
+    bindir = throwaway.pg_binaries()
+    if bindir is None:
+        click.echo(f"edge-agent ledger demo: {throwaway.INSTALL_POSTGRES}", err=True)
+        sys.exit(EX_UNAVAILABLE)
+    pg = throwaway.ThrowawayPostgres(bindir)
+    cleanup.append(pg.destroy)
+    try:
+        dsn = pg.start()
+    except throwaway.Unavailable as exc:
+        click.echo(f"edge-agent ledger demo: {exc}", err=True)
+        sys.exit(EX_UNAVAILABLE)
+    click.echo(
+        f"no PostgreSQL configured: started a throwaway one on 127.0.0.1:{pg.port} (removed at the end)"
+    )
+    return dsn
+
+
+def _own_broker(cleanup: list[Callable[[], None]]) -> int:
+    from agent.cli.ledger import throwaway
+
+    binary = throwaway.mosquitto_binary()
+    if binary is None:
+        click.echo(f"edge-agent ledger demo: {throwaway.INSTALL_MOSQUITTO}", err=True)
+        sys.exit(EX_UNAVAILABLE)
+    broker = throwaway.OwnBroker(binary)
+    cleanup.append(broker.stop)
+    try:
+        port = broker.start()
+    except throwaway.Unavailable as exc:
+        click.echo(f"edge-agent ledger demo: {exc}", err=True)
+        sys.exit(EX_UNAVAILABLE)
+    click.echo(
+        f"no MQTT broker at 127.0.0.1:1883: started mosquitto on 127.0.0.1:{port} (stopped at the end)"
+    )
+    return port
+
+
+def _demo(
+    obj: LedgerContext,
+    host: str,
+    port: int,
+    seconds: float,
+    keep: str | None,
+    web: bool | None,
+    web_host: str,
+    web_port: int,
+) -> None:
+    from agent.cli.ledger import demo_review, demo_run, throwaway
+    from agent.core.wording import counted
+    from agent.ledger import report
+
+    why = demo_run.broker_reachable(host, port)
     if why is not None:
         click.echo(f"edge-agent ledger demo: {why}: start one (e.g. mosquitto) or give --mqtt", err=True)
         sys.exit(EX_UNAVAILABLE)
@@ -73,7 +171,7 @@ def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) ->
 
     try:
         work, site = demo_run.run(
-            dsn=obj.dsn, mqtt_host=host, mqtt_port=int(port), seconds=seconds, keep=keep, say=say
+            dsn=obj.dsn, mqtt_host=host, mqtt_port=port, seconds=seconds, keep=keep, say=say
         )
     except demo_run.DemoFailed as exc:
         click.echo(f"edge-agent ledger demo: {exc}", err=True)
@@ -102,3 +200,11 @@ def demo_cmd(obj: LedgerContext, mqtt: str, seconds: float, keep: str | None) ->
             "edge-agent ledger demo: not every event arrived from both gateways; see the logs", err=True
         )
         sys.exit(1)
+    run_ledger(lambda: demo_review.add_examples(obj.dsn, site, work))
+    click.echo(f"added a conflict and a pending arrival to review (sources {site}-review/...)")
+    if web is None:
+        web = sys.stdin.isatty() and sys.stdout.isatty()
+    if web:
+        if throwaway.listening(web_port, web_host):
+            web_port = 0  # taken: a free one
+        demo_review.serve_until_interrupted(obj.dsn, web_host, web_port, work, say)

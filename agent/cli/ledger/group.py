@@ -10,8 +10,10 @@ from agent.cli.ledger.intake import import_cmd, run_cmd
 from agent.cli.ledger.notifications import notifications_group
 from agent.cli.ledger.report import report_cmd
 from agent.cli.ledger.schema import check_cmd, migrate_cmd
+from agent.cli.ledger.web import review_group, web_cmd
 
 COMMANDS = (migrate_cmd, check_cmd, import_cmd, run_cmd, demo_cmd, notifications_group, report_cmd)
+COMMANDS_WEB = (web_cmd, review_group)  # the review page and the marks it shares with the CLI
 
 
 @click.group("ledger", epilog=LEDGER_EXIT_HELP)
@@ -43,5 +45,5 @@ def ledger_group(ctx: click.Context, dsn: str | None) -> None:
     ctx.obj = LedgerContext(dsn)
 
 
-for _command in COMMANDS:
+for _command in (*COMMANDS, *COMMANDS_WEB):
     ledger_group.add_command(_command)

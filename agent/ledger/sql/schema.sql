@@ -44,6 +44,7 @@ CREATE TABLE public.arrival (
     line integer,
     ce_id text,
     raw bytea NOT NULL,
+    arrival_key bytea NOT NULL,
     CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text]))),
     CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
     CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
@@ -116,6 +117,16 @@ CREATE TABLE public.device_state (
     last_live_boot text NOT NULL
 );
 
+CREATE TABLE public.gateway_status (
+    gateway text NOT NULL,
+    agent_version text,
+    reported_at timestamp with time zone,
+    received_at timestamp with time zone NOT NULL,
+    via text NOT NULL,
+    status jsonb NOT NULL,
+    CONSTRAINT gateway_status_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text])))
+);
+
 CREATE TABLE public.ledger_schema_version (
     version integer NOT NULL,
     name text NOT NULL,
@@ -137,6 +148,7 @@ CREATE TABLE public.notification (
     errors text[] DEFAULT '{}'::text[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     sent_at timestamp with time zone,
+    source text,
     CONSTRAINT notification_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
     CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -160,11 +172,34 @@ CREATE TABLE public.pending (
     CONSTRAINT pending_state_check CHECK ((state = ANY (ARRAY['open'::text, 'resolved'::text])))
 );
 
+CREATE TABLE public.review_mark (
+    id bigint NOT NULL,
+    arrival_id bigint NOT NULL,
+    kind text NOT NULL,
+    note text NOT NULL,
+    marked_at timestamp with time zone DEFAULT now() NOT NULL,
+    marked_by text,
+    CONSTRAINT review_mark_kind_check CHECK ((kind = ANY (ARRAY['conflict'::text, 'identity_incomplete'::text]))),
+    CONSTRAINT review_mark_note_check CHECK ((btrim(note) <> ''::text))
+);
+
+ALTER TABLE public.review_mark ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.review_mark_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_key UNIQUE (source, ce_id);
 
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.arrival
+    ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
 
 ALTER TABLE ONLY public.arrival
     ADD CONSTRAINT arrival_pkey PRIMARY KEY (id);
@@ -187,6 +222,9 @@ ALTER TABLE ONLY public.conflict
 ALTER TABLE ONLY public.device_state
     ADD CONSTRAINT device_state_pkey PRIMARY KEY (device);
 
+ALTER TABLE ONLY public.gateway_status
+    ADD CONSTRAINT gateway_status_pkey PRIMARY KEY (gateway);
+
 ALTER TABLE ONLY public.ledger_schema_version
     ADD CONSTRAINT ledger_schema_version_pkey PRIMARY KEY (version);
 
@@ -202,11 +240,22 @@ ALTER TABLE ONLY public.pending
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_pkey PRIMARY KEY (arrival_id);
 
+ALTER TABLE ONLY public.review_mark
+    ADD CONSTRAINT review_mark_pkey PRIMARY KEY (id);
+
 CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
+
+CREATE INDEX arrival_gateway_received ON public.arrival USING btree (gateway, received_at);
+
+CREATE INDEX canonical_event_source_ts ON public.canonical_event USING btree (source_ts);
 
 CREATE INDEX conflict_canonical ON public.conflict USING btree (canonical_id);
 
 CREATE INDEX notification_due ON public.notification USING btree (visible_at, id) WHERE (state = 'pending'::text);
+
+CREATE INDEX notification_state ON public.notification USING btree (state, id);
+
+CREATE INDEX review_mark_arrival ON public.review_mark USING btree (arrival_id, id);
 
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
@@ -225,3 +274,6 @@ ALTER TABLE ONLY public.notification
 
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+
+ALTER TABLE ONLY public.review_mark
+    ADD CONSTRAINT review_mark_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);

@@ -1,0 +1,79 @@
+"""The latest status record of each gateway (operator.md section 3): kept apart from the events.
+
+A gateway publishes a small JSON object every `status_every` seconds: its name, its version,
+the backlog and oldest pending age of each upstream, its store's room, each device's link. It has
+no identity and is never an event: it never enters the event tables, only `gateway_status`, one
+row per gateway, replaced by a newer record (an older one arriving late changes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+STATUS_TYPE = "io.edgeagent.gateway_status"
+MAX_BYTES = 64 * 1024
+
+
+class BadStatus(ValueError):
+    """Not a status record (the reason says why); nothing is stored."""
+
+
+def parse(body: bytes) -> dict[str, Any]:
+    """The status object from a message body, checked: a gateway name, a time, optional parts."""
+    if len(body) > MAX_BYTES:
+        raise BadStatus(f"status record over {MAX_BYTES} bytes")
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise BadStatus(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise BadStatus("not a JSON object")
+    gw = doc.get("gateway")
+    if not isinstance(gw, str) or not gw or len(gw) > 200:
+        raise BadStatus("`gateway` must be a non-empty name")
+    at = doc.get("at")
+    if not isinstance(at, str):
+        raise BadStatus("`at` must be an RFC 3339 time")
+    try:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadStatus(f"`at` is not a time: {at!r}") from exc
+    if when.tzinfo is None:
+        raise BadStatus("`at` has no time zone")
+    for part in ("upstreams", "devices"):
+        if part in doc and not isinstance(doc[part], dict):
+            raise BadStatus(f"`{part}` must be an object")
+    return doc
+
+
+UPSERT = """
+INSERT INTO gateway_status AS s (gateway, agent_version, reported_at, received_at, via, status)
+VALUES (%(gateway)s, %(version)s, %(at)s, now(), %(via)s, %(status)s::jsonb)
+ON CONFLICT (gateway) DO UPDATE SET agent_version = EXCLUDED.agent_version,
+  reported_at = EXCLUDED.reported_at, received_at = EXCLUDED.received_at, via = EXCLUDED.via,
+  status = EXCLUDED.status
+WHERE s.reported_at IS NULL OR EXCLUDED.reported_at >= s.reported_at
+"""
+
+
+async def record(conn: Conn, status: dict[str, Any], via: str) -> bool:
+    """Keep `status` as its gateway's latest (committed). False when a newer one is already kept."""
+    version = status.get("agent_version")
+    cur = await conn.execute(
+        UPSERT,
+        {
+            "gateway": status["gateway"],
+            "version": version if isinstance(version, str) else None,
+            "at": status["at"],
+            "via": via,
+            "status": json.dumps(status, ensure_ascii=False),
+        },
+    )
+    await conn.commit()
+    return cur.rowcount == 1

@@ -1,0 +1,43 @@
+"""What `ledger run` serves beside its intakes when the config asks: the Prometheus endpoint
+(`metrics:`) and the review page (`web:`), each on its own listener and its own connections."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Iterator
+from typing import Any
+
+from agent.ledger.config import LedgerConfig
+
+log = logging.getLogger(__name__)
+
+
+def side_servers(
+    config: LedgerConfig, dsn: str | None, password: str | None, stop: asyncio.Event
+) -> Iterator[tuple[str, Coroutine[Any, Any, None]]]:
+    from agent.ledger import metrics
+    from agent.ledger.web.app import make_app, serve
+    from agent.ledger.web.pool import Pool
+    from agent.ledger.web.security import Guard
+
+    if config.metrics is not None:
+        m = config.metrics
+        app = metrics.make_app(Pool(dsn, size=1, password=password))
+        yield (
+            "metrics",
+            serve(app, m.host, m.port, stop=stop, ready=lambda p: _said("metrics", m.host, p, "/metrics")),
+        )
+    if config.web is not None:
+        w = config.web
+        page = make_app(
+            Pool(dsn, size=4, password=password), Guard.from_file(w.token_file), silent_after=w.silent_after_s
+        )
+        yield (
+            "web",
+            serve(page, w.host, w.port, stop=stop, ready=lambda p: _said("review page", w.host, p, "/")),
+        )
+
+
+def _said(what: str, host: str, port: int, path: str) -> None:
+    log.info("%s on http://%s:%d%s", what, host, port, path)
