@@ -9,6 +9,7 @@ that the figures are there and consistent; they never judge the speed of this ma
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -265,3 +266,14 @@ def test_ledger_fleet_quick_compares_sync_with_nosync_and_loses_nothing() -> Non
     assert got["bench"] == "ledger_fleet" and got["lost"] == 0
     assert got["x2_sync_canonicals_ok"] and got["x2_nosync_canonicals_ok"]
     assert_compared(got["x2_sync_arrivals_per_s"], got["x2_nosync_arrivals_per_s"], got["x2_sync_vs_nosync"])
+
+
+@pytest.mark.skipif(
+    shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists(),
+    reason="mosquitto is not installed: bench/sparkplug.py starts its own broker",
+)
+def test_sparkplug_drain_compares_with_a_bare_qos0_publisher() -> None:
+    got = run_bench("sparkplug.py", "--events", "300", "--rounds", "2")
+    assert got["bench"] == "sparkplug" and got["events"] == 300
+    assert_compared(got["events_per_s"], got["bare_aiomqtt_qos0_per_s"], got["ratio_vs_bare"])
+    assert got["rss_peak_mb"] > 0 and len(got["loadavg"]) == 3
