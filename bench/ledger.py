@@ -101,6 +101,7 @@ def deliveries(n: int, dup_share: float) -> list[Delivery]:
                 raw=text,
                 receiver="bench",
                 payload_json=text,
+                line=i + 1,  # an import line: its number is part of its arrival key
             )
         )
     return out

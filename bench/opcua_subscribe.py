@@ -3,7 +3,7 @@ source into committed rows, against a bare asyncua client counting the same noti
 
 One simulator process (our ``devices/`` OPC UA server, in its own process so it does not
 share an interpreter with the clients; or, with ``--server node-opcua``, a node-opcua server
-with the same node layout, ``bench/node/``, since ours cannot make 5,000 transitions/s on a
+with the same node layout, ``peers/node/``, since ours cannot make 5,000 transitions/s on a
 2-core machine) serves one controller with one channel. On each burst it makes --transitions
 transitions, --chunk at a time (each chunk: the transitions, then one write of the controller's
 nodes and one TransitionEventType event per transition), as fast as it can or at --rate per
@@ -33,7 +33,7 @@ the bare rate, the server is the limit, and the ratio says how much of it the ag
 
     python bench/opcua_subscribe.py                            # 20,000 transitions, 3 rounds
     python bench/opcua_subscribe.py --transitions 300 --rounds 1   # smoke
-    npm install --prefix bench/node                            # once: node-opcua-server
+    npm install --prefix peers/node                            # once: node-opcua-server
     python bench/opcua_subscribe.py --server node-opcua --rate 5000
 
 Without Node.js or the npm package, ``--server node-opcua`` prints one JSON line saying why
@@ -123,7 +123,7 @@ async def serve(ring: int) -> None:
     await sim.stop()
 
 
-NODE_DIR = ROOT / "bench" / "node"
+NODE_DIR = ROOT / "peers" / "node"
 
 
 def node_missing() -> str | None:
@@ -427,7 +427,7 @@ def main() -> None:
         "--server",
         choices=("asyncua", "node-opcua"),
         default="asyncua",
-        help="the simulator: ours (asyncua, devices/) or bench/node's node-opcua server (faster)",
+        help="the simulator: ours (asyncua, devices/) or peers/node's node-opcua server (faster)",
     )
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()

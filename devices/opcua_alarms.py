@@ -48,7 +48,8 @@ class OpcUaAlarms:
         self._templates: dict[int, Any] = {}
         self._objects: dict[bytes, Any] = {}
         self.refreshes: list[int] = []  # subscription ids refreshed, for tests
-        self.refuse_refresh = False  # True: answer BadNotSupported, as a server without refresh
+        # A status name (e.g. "BadNotImplemented"): ConditionRefresh answers it, as a server without refresh
+        self.refuse_refresh: str | None = None
         self.refused: list[int] = []  # subscription ids whose refresh was refused
 
     async def install(self, server: Any) -> None:
@@ -140,7 +141,7 @@ class OpcUaAlarms:
             return ua.StatusCode(ua.StatusCodes.BadMethodInvalid)
         if self.refuse_refresh:
             self.refused.append(int(args[0].Value) if args else 0)
-            return ua.StatusCode(ua.StatusCodes.BadNotSupported)
+            return ua.StatusCode(getattr(ua.StatusCodes, self.refuse_refresh))
         if not args or not isinstance(args[0].Value, int):
             return ua.StatusCode(ua.StatusCodes.BadInvalidArgument)
         sub_id = int(args[0].Value)

@@ -175,7 +175,7 @@ class OpcUaSimServer:
         self.alarm_book.reset(event_ids)
         self.alarms.forget_objects()
         self.alarms.refreshes.clear()
-        self.alarms.refuse_refresh = False
+        self.alarms.refuse_refresh = None
         self.alarms.refused.clear()
 
     async def alarm(self, controller: str, condition: str, action: str) -> AlarmEvent:

@@ -20,9 +20,9 @@ from agent.cli.context import EX_CONFIG, EX_NOPERM, EX_UNAVAILABLE
 from agent.config import loader as config
 from agent.config.access import Who, check_access, named_user, unit_user
 from agent.config.path_env import CREDENTIALS, PathEnv
+from agent.config.sparkplug import AnyUpstream, SparkplugUpstream
 from agent.config.store import DEFAULT_CONFIG
 from agent.config.unit import Unit, find_unit, read_unit
-from agent.config.upstreams import Upstream
 from agent.core.errors import ConfigError, SourceUnavailable
 from agent.core.snapshot import Snapshot
 from agent.core.wording import counted
@@ -151,12 +151,16 @@ async def _probe_all(cfg: config.Config, timeout: float) -> bool:
     return all(not line.startswith("FAIL") for line in results)
 
 
-async def _probe_up(up: Upstream, cfg: config.Config, timeout: float) -> str:
+async def _probe_up(up: AnyUpstream, cfg: config.Config, timeout: float) -> str:
     from agent.sinks.probe import probe_upstream as probe  # the MQTT and HTTP clients: only to probe
+    from agent.sparkplug.probe import probe_sparkplug
 
     try:
         async with asyncio.timeout(timeout + 2.0):
-            ok, text = await probe(up, site=cfg.site, gateway=cfg.gateway)
+            if isinstance(up, SparkplugUpstream):
+                ok, text = await probe_sparkplug(up, gateway=cfg.gateway)
+            else:
+                ok, text = await probe(up, site=cfg.site, gateway=cfg.gateway)
     except TimeoutError:
         ok, text = False, f"upstream {up.name}: no answer within {timeout:g} s"
     return f"{'ok  ' if ok else 'FAIL'} {text}"

@@ -266,6 +266,8 @@ def _service_lines(status: dict[str, Any]) -> list[str]:
     for c in conns:
         if c.get("last_error"):
             out += render.wrapped(f"{c['device']} via {c['receiver']}: last error", c["last_error"])
+        for what, problem in sorted((c.get("problems") or {}).items()):
+            out += render.wrapped(f"{c['device']} via {c['receiver']}: {what}", problem)
     return out
 
 
@@ -344,7 +346,20 @@ def _upstream_lines(ups: list[dict[str, Any]], live: dict[str, Any]) -> list[str
             out += render.wrapped(f"{name}: oldest pending row's last error", u["head_error"])
         if u.get("last_rejection"):
             out += render.wrapped(f"{name}: last rejection", u["last_rejection"])
+        if (live.get(name) or {}).get("kind") == "sparkplug":
+            out.append(_sparkplug_line(name, live[name]))
     return out
+
+
+def _sparkplug_line(name: str, sp: dict[str, Any]) -> str:
+    """One line of a Sparkplug session: connected, bdSeq, the primary host, rows in their window."""
+    host = sp.get("primary_host")
+    online = {True: "online", False: "OFFLINE", None: "not seen"}[sp.get("primary_host_online")]
+    return (
+        f"  {name}: Sparkplug {'connected' if sp.get('connected') else 'NOT connected'}, "
+        f"bdSeq {sp.get('bd_seq')}, primary host {f'{host} {online}' if host else 'none'}, "
+        f"{sp.get('in_window', 0)} rows waiting for their window (2 x keepalive)"
+    )
 
 
 def _store_lines(st: dict[str, Any]) -> list[str]:

@@ -46,9 +46,10 @@ from agent.config.sources import (
     OpcUaSecurity,
     Ring,
 )
+from agent.config.sparkplug import AnyUpstream, SparkplugUpstream, sparkplug_node_problems
 from agent.config.store_size import DEFAULT_RESERVE, quota_problem
 from agent.config.units import parse_duration, parse_size
-from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream, Upstream
+from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream
 from agent.config.yaml_lines import (
     ConfigProblems,
     Problem,
@@ -114,7 +115,7 @@ class Config:
     gateway: str
     store: StoreConfig
     devices: tuple[Device, ...]
-    upstreams: tuple[Upstream, ...] = ()
+    upstreams: tuple[AnyUpstream, ...] = ()
     metrics: Metrics | None = None
     file: str = ""
     warnings: tuple[str, ...] = ()  # `check` and `run` say them; nothing fails
@@ -144,7 +145,7 @@ def load(path: str | Path, *, check_files: bool = True, paths: PathEnv | None = 
     site = top.get("site", lambda v: check_site(_text(v)), "", required=True)
     gateway = top.get("gateway", _text, "", required=True)
     store = _store(top.sub("store"))
-    upstreams = _upstreams(top)
+    upstreams = _upstreams(top, gateway)
     metrics = _metrics(top.sub("metrics")) if top.has("metrics") else None
     status_every = top.get("status_every", _positive_duration, 60.0)
     devices = [
@@ -236,8 +237,8 @@ def _metrics(s: _Section) -> Metrics:
     return out
 
 
-def _upstreams(top: _Section) -> tuple[Upstream, ...]:
-    out: list[Upstream] = []
+def _upstreams(top: _Section, gateway: str) -> tuple[AnyUpstream, ...]:
+    out: list[AnyUpstream] = []
     names: set[str] = set()
     for i, entry in enumerate(top.get("upstreams", _list, _empty())):
         s = _Section(top.ctx, entry, f"upstreams[{i}]", top.key_line("upstreams"))
@@ -246,15 +247,18 @@ def _upstreams(top: _Section) -> tuple[Upstream, ...]:
             s.problem("name", f"upstream {name!r} is configured twice")
         names.add(name)
         backfill = s.get("backfill", _one_of("none", "all"), "none")
-        kinds = [k for k in ("mqtt", "http") if s.has(k)]
+        kinds = [k for k in ("mqtt", "http", "sparkplug") if s.has(k)]
         if len(kinds) != 1:
-            s.ctx.problem(s.line, s.path, "needs exactly one of mqtt: or http:")
+            s.ctx.problem(s.line, s.path, "needs exactly one of mqtt:, http: or sparkplug:")
         for kind in kinds[:1]:
-            cls: type[MqttUpstream] | type[HttpUpstream] = MqttUpstream if kind == "mqtt" else HttpUpstream
+            cls: type[AnyUpstream] = {"mqtt": MqttUpstream, "http": HttpUpstream}.get(kind, SparkplugUpstream)
             up = _dataclass_from(s.sub(kind), cls, {"name": name, "backfill": backfill})
             if up is not None:
                 out.append(up)
-        s.finish(extra=("mqtt", "http"))
+                if isinstance(up, SparkplugUpstream):
+                    for problem in sparkplug_node_problems(up, out[:-1], gateway):
+                        s.sub(kind).problem("edge_node_id", problem)
+        s.finish(extra=("mqtt", "http", "sparkplug"))
     return tuple(out)
 
 

@@ -32,6 +32,9 @@ class ConnectionLive:
     last_error: str | None = None
     period_s: float | None = None  # the poll interval, when the loop polls on ticks
     ticks_missed: int = 0
+    # What is wrong while the link is up, by what it concerns (e.g. "alarms": a refused
+    # ConditionRefresh, "Trip": a Modbus exception): the source's current warnings, not a history.
+    problems: dict[str, str] = field(default_factory=dict)
 
     @property
     def last_poll_at(self) -> str | None:

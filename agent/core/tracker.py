@@ -33,6 +33,11 @@ boot sighting's evidence in :mod:`agent.core.boot_evidence`, counter steps and g
 * **Gaps, never invented.** Transitions the counters say were missed (91 -> 94: 92, 93) and
   that no ring entry of the same read supplied become a ``gap`` anomaly naming the range, or
   ``overrun`` when the ring's head moved further than its capacity since the last ring read.
+  A head that moved further than the capacity is an overrun only when transitions are really
+  missing: the ring is read only when a counter jumps, so on a busy controller the head often
+  moved past the capacity while the live reads delivered every transition (issue 28: "ring
+  overrun" about 100 times a minute with nothing lost). Then nothing is said; the note and the
+  record come only with a missing range.
   The store takes out of a gap what it already holds for that source and boot (another path
   may have delivered it), so a gap names only what is missing.
 * **Ring entries** are delivered (``live=False``) with the boot id each entry carries, however
@@ -73,12 +78,14 @@ class Resume:
     """Where a tracker starts: what the store recorded for the device (plain data, no store).
 
     ``boot``: the device's last boot seen live; ``counters``: the last transitionId recorded per
-    channel in that boot; ``ring_head``: the ring head last read. All empty for a new device.
+    channel in that boot; ``ring_head``: the ring head last read; ``windows``: per window channel,
+    the latest source time of its events in the store (contract text). All empty for a new device.
     """
 
     boot: str | None = None
     counters: Mapping[str, int] = field(default_factory=dict)
     ring_head: int | None = None
+    windows: Mapping[str, str] = field(default_factory=dict)
 
 
 class DeviceTracker:
@@ -99,7 +106,7 @@ class DeviceTracker:
         self.ring_due = True
         self._recent: OrderedDict[ReadIdentity, None] = OrderedDict()
         self._recent_max = RECENT_READS
-        self.windows = WindowChanges(device)
+        self.windows = WindowChanges(device, recorded=start.windows)
 
     def reconnected(self) -> None:
         """Call after every (re)connect: the next snapshot reads the ring (the outage may hide entries)."""
@@ -145,10 +152,18 @@ class DeviceTracker:
         before = (self.counter_boot, dict(self.counters), self.last_head)
         boots = self._boot(snap, notes)
         live, missing, anomalies = self._channels(snap, notes)
-        buffered, overran = self._ring(snap, notes) if snap.ring is not None else ([], False)
+        buffered, advanced = self._ring(snap) if snap.ring is not None else ([], 0)
+        overran = snap.ring is not None and advanced > snap.ring.capacity
         if snap.ring is not None:
             self.ring_due = False
-        anomalies += gap_anomalies(self.device, snap, missing, overran, buffered)
+        gaps = gap_anomalies(self.device, snap, missing, overran, buffered)
+        lost = [f"{a.source} {a.first}..{a.last}" for a in gaps if a.kind == "overrun"]
+        if lost and snap.ring is not None:  # only when entries are really missing
+            notes.append(
+                f"ring overrun: head moved {advanced} entries, capacity {snap.ring.capacity}; "
+                f"lost (neither in the ring nor read live): {', '.join(lost)}"
+            )
+        anomalies += gaps
         positions = self._moved(*before)
         return Observations(
             tuple(buffered + live), tuple(boots), tuple(anomalies), False, tuple(notes), positions
@@ -208,7 +223,7 @@ class DeviceTracker:
         anomalies: list[Anomaly] = []
         for ch in snap.channels:
             if ch.window_ms is not None:  # no counter: a window key when the state changes
-                if (window_delivery := self.windows.observe(snap, ch)) is not None:
+                if (window_delivery := self.windows.observe(snap, ch, notes)) is not None:
                     out.append(window_delivery)
                 continue
             tid = ch.transition_id
@@ -259,17 +274,15 @@ class DeviceTracker:
 
     # --- ring, events and gaps -------------------------------------------------------------------
 
-    def _ring(self, snap: Snapshot, notes: list[str]) -> tuple[list[Delivery], bool]:
+    def _ring(self, snap: Snapshot) -> tuple[list[Delivery], int]:
+        """The ring entries after the last head read, and how far the head moved (0: unknown)."""
         ring = snap.ring
         assert ring is not None
-        overran = False
+        advanced = 0
         entries = sorted((e for e in ring.entries if e.seq != 0), key=lambda e: e.seq)
         self._recent_max = max(RECENT_READS, ring.capacity)
         if self.last_head is not None:
             advanced = (ring.head - self.last_head) % U32
-            overran = advanced > ring.capacity
-            if overran:
-                notes.append(f"ring overrun: head moved {advanced} entries, capacity {ring.capacity}")
             entries = [e for e in entries if 0 < (e.seq - self.last_head) % U32 <= advanced]
         self.last_head = ring.head
         out = []
@@ -279,7 +292,7 @@ class DeviceTracker:
             d = self._entry(e, snap.read_at, snap.receiver, live=False)
             if d is not None:
                 out.append(d)
-        return out, overran
+        return out, advanced
 
     def _entry(self, e: RingItem, read_at: str, receiver: str, *, live: bool) -> Delivery | None:
         if e.channel is None or e.transition_id == 0:

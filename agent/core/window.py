@@ -15,6 +15,8 @@ reads a clock: the caller passes the observed time.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from agent.core.basis import IdentityBasis
@@ -58,6 +60,10 @@ def _epoch_ms(ordinal: int, hour: int, minute: int, second: int, ms: int) -> int
     return ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + ms
 
 
+def _instant(text: str) -> datetime:
+    return parse_timestamp(text, "source time")
+
+
 def window_key(state: Any, observed: str, window_ms: int) -> str:
     """The transitionId of one observed change: ``w:<state>:<window index>``.
 
@@ -72,17 +78,21 @@ class WindowChanges:
 
     A window channel is delivered when its state differs from the last state this tracker
     read. The first read after the agent starts is delivered only when the controller gives the
-    time of the change (``source_timestamp``): the key is then the controller's, and a re-read
-    after a restart is a ``duplicate``. Without that time the first read is only a baseline:
-    the read time is not the time of the change, and a key made from it would invent a new
-    event at every start of the agent. A failed read keeps the last state.
+    time of the change (``source_timestamp``) and that time is not older than the latest source
+    time the store holds for the channel (``recorded``, read at start): newer is a change made
+    while the agent was away (a new event), the same time is a re-read (a ``duplicate``), an
+    older one is no change the store lacks (it already holds something later) and is only the
+    baseline. Without a change time the first read is only a baseline too: the read time is not
+    the time of the change, and a key made from it would invent a new event at every start of
+    the agent. A failed read keeps the last state.
     """
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, recorded: Mapping[str, str] | None = None) -> None:
         self.device = device
         self.last: dict[str, str] = {}
+        self.recorded = dict(recorded or {})
 
-    def observe(self, snap: Snapshot, ch: ChannelRead) -> Delivery | None:
+    def observe(self, snap: Snapshot, ch: ChannelRead, notes: list[str] | None = None) -> Delivery | None:
         """The delivery of ``ch`` (a window channel) when its state changed, else None."""
         assert ch.window_ms is not None
         if ch.error is not None:
@@ -91,6 +101,14 @@ class WindowChanges:
         previous = self.last.get(ch.channel)
         self.last[ch.channel] = state
         if previous == state or (previous is None and ch.source_timestamp is None):
+            return None
+        changed = ch.source_timestamp
+        if previous is None and changed is not None and self._older(ch.channel, changed):
+            if notes is not None:
+                notes.append(
+                    f"{ch.channel}: first read shows {state} changed at {ch.source_timestamp}, older than "
+                    f"the last event the store holds ({self.recorded[ch.channel]}): a baseline, not an event"
+                )
             return None
         observed = ch.source_timestamp or snap.read_at
         boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
@@ -116,3 +134,8 @@ class WindowChanges:
             raw={"read": dict(ch.raw), "boot": boot_raw, "window": window},
             basis=IdentityBasis.WINDOW,
         )
+
+    def _older(self, channel: str, source_timestamp: str) -> bool:
+        """Whether ``source_timestamp`` is older than the latest the store holds for ``channel``."""
+        recorded = self.recorded.get(channel)
+        return recorded is not None and _instant(source_timestamp) < _instant(recorded)

@@ -32,7 +32,7 @@ from psycopg import errors as pg_errors
 
 from agent.core import decide
 from agent.core.contract import Decision, Delivery, Key, Rejection
-from agent.ledger import notifications, records
+from agent.ledger import arrival_keys, arrival_rows, failover, notifications, records
 from agent.ledger.arrivals import Arrival, Received
 from agent.ledger.config import NotifyRule
 from agent.ledger.errors import LedgerError, LedgerUnavailable
@@ -65,23 +65,13 @@ JOIN canonical_event c ON c.source = k.s AND c.transition_id = k.t AND c.boot_id
 
 ARRIVAL_IDS = "SELECT nextval(pg_get_serial_sequence('arrival', 'id')) FROM generate_series(1, %s)"
 
-COPY_ARRIVALS = (
-    "COPY arrival (id, kind, decision, canonical_id, source, transition_id, boot_id, source_ts,"
-    " payload_hash, reason, flags, gateway, gateway_arrival_at, attempt, replayed, received_at, via,"
-    " line, ce_id, raw) FROM STDIN"
-)
-
 INSERT_CONFLICTS = """
 INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
 SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::text[], %b::text[]::timestamptz[])
+ON CONFLICT (arrival_id) DO NOTHING
 """
 
-INSERT_PENDING = "INSERT INTO pending (arrival_id) SELECT unnest(%b::bigint[])"
-
-
-def _flags(flags: tuple[str, ...]) -> str:
-    """A text[] literal of flag words (lowercase words: nothing to quote)."""
-    return "{" + ",".join(flags) + "}"
+INSERT_PENDING = "INSERT INTO pending (arrival_id) SELECT unnest(%b::bigint[]) ON CONFLICT DO NOTHING"
 
 
 async def record(
@@ -106,9 +96,18 @@ async def record(
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
             log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
             await asyncio.sleep(0.01 * attempt)
-        except psycopg.OperationalError as exc:
+        except pg_errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != arrival_keys.CONSTRAINT:
+                raise
+            # another instance committed an arrival of this batch meanwhile: the retry finds it
+            log.info(
+                "batch retried: another ledger instance recorded one of its arrivals attempt=%d", attempt
+            )
+        except psycopg.Error as exc:
+            if not failover.unavailable(exc):
+                raise
             raise LedgerUnavailable(f"PostgreSQL: {exc}".strip()) from exc
-    raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times on deadlock or serialization")
+    raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times (deadlock, serialization, race)")
 
 
 _NUL = "\x00"
@@ -139,13 +138,34 @@ def storable(arr: Arrival) -> Arrival:
         )
     if it is arr.item and gateway == arr.gateway and ce == arr.ce_id:
         return arr
-    return Arrival(it, gateway, arr.via, arr.attempt, arr.replayed, ce)
+    return Arrival(it, gateway, arr.via, arr.attempt, arr.replayed, ce, arr.key)
 
 
 async def decide_batch(
     conn: Conn, batch: Sequence[Arrival], now: datetime, rules: Sequence[NotifyRule] = ()
 ) -> list[decide.Outcome]:
-    """The steps of one batch, inside the caller's transaction."""
+    """The steps of one batch, inside the caller's transaction. An arrival whose key is recorded
+    already (a re-run after an unknown COMMIT outcome) gets its stored outcome and writes nothing;
+    a repeat of a key inside the batch gets its first's outcome."""
+    keys = [(arrival_keys.source_of(a), arrival_keys.key_of(a)) for a in batch]
+    firsts, repeats = arrival_keys.split(keys)
+    known = await arrival_keys.recorded(conn, keys, firsts)
+    new = [i for i in firsts if i not in known]
+    if len(new) == len(batch):
+        return await _decide_new(conn, batch, [k for _, k in keys], now, rules)
+    outcomes: dict[int, decide.Outcome] = dict(known)
+    decided = await _decide_new(conn, [batch[i] for i in new], [keys[i][1] for i in new], now, rules)
+    outcomes.update(zip(new, decided, strict=True))
+    for i, first in repeats.items():
+        outcomes[i] = outcomes[first]
+    return [outcomes[i] for i in range(len(batch))]
+
+
+async def _decide_new(
+    conn: Conn, batch: Sequence[Arrival], keys: list[bytes], now: datetime, rules: Sequence[NotifyRule]
+) -> list[decide.Outcome]:
+    if not batch:
+        return []
     items = [a.item for a in batch]
     ids = await _arrival_ids(conn, len(batch))
     where = [i for i, it in enumerate(items) if not isinstance(it, Received)]
@@ -157,7 +177,7 @@ async def decide_batch(
         outcomes[i] = oc
     done = [oc for oc in outcomes if oc is not None]
     assert len(done) == len(batch)
-    await _copy_arrivals(conn, batch, done, ids, now)
+    await arrival_rows.copy(conn, batch, done, ids, keys, now)
     if rules:
         await notifications.queue(conn, batch, done, rules)
     return done
@@ -254,74 +274,6 @@ async def _read_canonicals(conn: Conn, keys: list[Key]) -> dict[Key, tuple[int, 
 async def _arrival_ids(conn: Conn, n: int) -> list[int]:
     cur = await conn.execute(ARRIVAL_IDS, (n,))
     return sorted(int(r[0]) for r in await cur.fetchall())
-
-
-def _raw_bytes(raw: str | bytes) -> bytes:
-    return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
-
-
-def _arrival_row(arr: Arrival) -> tuple[str | None, ...]:
-    """(kind, source, transitionId, bootId, sourceTimestamp, payload_hash) of an arrival."""
-    it = arr.item
-    if isinstance(it, Delivery):
-        return ("transition", it.source, it.transition_id, it.boot_id, it.source_timestamp, it.payload_hash)
-    if isinstance(it, Received):
-        return (it.kind, it.source, None, it.boot_id, it.source_ts, None)
-    return (None, None, None, None, None, None)
-
-
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _cell(value: object) -> str:
-    """One value in COPY's text format (NULL is \\N; bytea as escaped hex)."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, str):
-        return value.translate(_COPY_ESCAPES)
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if isinstance(value, bytes):
-        return "\\\\x" + value.hex()
-    return str(value)
-
-
-async def _copy_arrivals(
-    conn: Conn, batch: Sequence[Arrival], outcomes: list[decide.Outcome], ids: list[int], now: datetime
-) -> None:
-    """Every arrival in one COPY. The rows are formatted here in COPY's text format and sent as
-    one buffer: per-row adaptation was the largest client cost of a batch (PostgreSQL parses the
-    timestamps, which are already normalised text)."""
-    received = now.isoformat()
-    lines = []
-    for aid, arr, oc in zip(ids, batch, outcomes, strict=True):
-        it = arr.item
-        kind, source, tid, bid, sts, phash = _arrival_row(arr)
-        row = (
-            aid,
-            kind,
-            oc.decision.value,
-            oc.canonical_id,
-            source,
-            tid,
-            bid,
-            sts,
-            phash,
-            oc.reason,
-            _flags(oc.flags),
-            arr.gateway,
-            it.arrival_at,
-            arr.attempt,
-            arr.replayed,
-            received,
-            arr.via,
-            it.line,
-            arr.ce_id,
-            _raw_bytes(it.raw),
-        )
-        lines.append("\t".join(map(_cell, row)))
-    async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
-        await cp.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
 
 
 async def _insert_conflicts(

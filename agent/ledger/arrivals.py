@@ -6,6 +6,7 @@ in identity; `received_at` is the ledger's clock, set per batch by the arbiter.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,13 +49,31 @@ class Arrival:
     attempt: int | None = None
     replayed: bool | None = None
     ce_id: str | None = None
+    key: bytes | None = None  # the arrival key when the intake makes it (imports); see arrival_keys
 
 
-def from_import(item: Delivery | Rejection, default_gateway: str) -> Arrival:
-    """An import line: its own `gateway` field names the gateway when it is text, else the default."""
+def from_import(item: Delivery | Rejection, default_gateway: str, file_digest: str | None = None) -> Arrival:
+    """An import line: its own `gateway` field names the gateway when it is text, else the default.
+    With the file's SHA-256 (hex), its arrival key is (digest, line): importing the same file
+    again adds no second arrival of a line."""
     gateway = default_gateway
     if isinstance(item, Delivery):
         named = item.evidence.get("gateway")
         if isinstance(named, str) and named:
             gateway = named
-    return Arrival(item, gateway, "import")
+    key = None if file_digest is None else import_key(file_digest, item.line)
+    return Arrival(item, gateway, "import", key=key)
+
+
+def import_key(file_digest: str, line: int | None) -> bytes:
+    """The arrival key of an import line: the file's SHA-256 (hex) and the line number."""
+    return hashlib.sha256(f"import\n{file_digest}\n{'' if line is None else line}".encode()).digest()
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

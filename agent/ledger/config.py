@@ -1,8 +1,9 @@
 """`ledger.yaml` -> typed settings, every problem at once with file:line (exit 78).
 
 Shape (ledger.md section 6; names may grow, never change): `dsn`, `password_file`, `mqtt`,
-`http` (at least one of the two), `notify` (rules). Reuses the gateway's line-numbered YAML
-reader, so messages look the same.
+`http` (at least one of the two), `notify` (rules), `require_sync_standby` (section 7: refuse to
+acknowledge while the primary has no synchronous standby; default false). Reuses the
+gateway's line-numbered YAML reader, so messages look the same.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from agent.config.units import parse_size
 from agent.config.yaml_lines import (
     ConfigProblems,
     Problem,
+    _bool,
     _Ctx,
     _int_in,
     _list,
@@ -86,6 +88,7 @@ class LedgerConfig:
     metrics: MetricsSettings | None = None
     web: WebSettings | None = None
     status_topic: str = DEFAULT_STATUS_TOPIC
+    require_sync_standby: bool = False
 
 
 def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
@@ -99,6 +102,7 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
     top = _Section(ctx, doc if doc is not None else _Map(), "", 1)
     dsn = top.get("dsn", _text, "") or None
     password_file = top.get("password_file", _file(check_files), "") or None
+    require_sync = top.get("require_sync_standby", _bool, False)
     mqtt = _mqtt(top.sub("mqtt"), check_files) if top.has("mqtt") else None
     http = _http(top.sub("http"), check_files) if top.has("http") else None
     rules = [
@@ -119,7 +123,9 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
             )
     if problems:
         raise ConfigProblems(problems)
-    return LedgerConfig(dsn, password_file, mqtt, http, tuple(rules), str(main), metrics, web, status_topic)
+    return LedgerConfig(
+        dsn, password_file, mqtt, http, tuple(rules), str(main), metrics, web, status_topic, require_sync
+    )
 
 
 def _no_rules() -> list[Any]:

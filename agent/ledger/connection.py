@@ -4,15 +4,16 @@ A DSN may be a URI or `key=value` text; an empty one means libpq's defaults and 
 variables (`PGHOST`, `PGPORT`, `PGDATABASE`, `PGUSER`, `PGPASSFILE`), so a password never
 has to be on a command line. Connections use READ COMMITTED (the arbitration depends on it:
 its second statement must see rows another arbiter committed while the first one waited).
+A multi-host DSN (`host=a,b port=P1,P2`, or the URI form) finds the primary: `failover.conninfo`
+adds `target_session_attrs=read-write` and short timeouts unless the DSN names its own.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-from agent.ledger.errors import LedgerUnavailable
-
-CONNECT_TIMEOUT_S = 10
+from agent.ledger import failover
+from agent.ledger.errors import LedgerError, LedgerUnavailable
 
 
 async def connect(
@@ -22,15 +23,18 @@ async def connect(
 
     `password` (read from the config's `password_file`) is passed apart from the DSN.
     """
-    conninfo = psycopg.conninfo.make_conninfo(dsn or "", password=password) if password else (dsn or "")
     try:
-        conn = await psycopg.AsyncConnection.connect(
-            conninfo, connect_timeout=CONNECT_TIMEOUT_S, application_name="edge-agent-ledger"
-        )
-    except psycopg.OperationalError as exc:
-        raise LedgerUnavailable(f"PostgreSQL {describe(dsn)}: cannot connect: {_first_line(exc)}") from exc
-    await conn.execute("SET TIME ZONE 'UTC'")
-    await conn.commit()
+        conninfo = failover.conninfo(dsn, password=password)
+    except psycopg.ProgrammingError as exc:
+        raise LedgerError(f"the DSN cannot be read: {_first_line(exc)}") from exc
+    try:
+        conn = await psycopg.AsyncConnection.connect(conninfo, application_name="edge-agent-ledger")
+        await conn.execute("SET TIME ZONE 'UTC'")
+        await conn.commit()
+    except psycopg.Error as exc:
+        if not failover.unavailable(exc):
+            raise
+        raise LedgerUnavailable(f"PostgreSQL {describe(dsn)}: cannot connect: {_reason(exc)}") from exc
     return conn
 
 
@@ -46,6 +50,12 @@ def describe(dsn: str | None) -> str:
     port = info.get("port", "")
     db = info.get("dbname", "")
     return f"{host}:{port}/{db}" if host or port or db else "(libpq environment)"
+
+
+def _reason(exc: BaseException) -> str:
+    """libpq's reason, all hosts of a multi-host DSN on one line."""
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    return text or type(exc).__name__
 
 
 def _first_line(exc: BaseException) -> str:

@@ -32,6 +32,7 @@ from paho.mqtt.properties import Properties
 
 from agent.core.contract import Rejection
 from agent.core.timestamps import format_timestamp
+from agent.ledger import failover
 from agent.ledger.arrivals import Arrival
 from agent.ledger.cloudevents import UNKNOWN_GATEWAY, BodyError, parse_body
 from agent.ledger.config import MqttIntake
@@ -161,3 +162,4 @@ class MqttSubscriber:
                     await asyncio.wait_for(stop.wait(), self.writer.retry_after_s)
                 if stop.is_set():
                     return False
+                failover.GAUGES.batches_rerun += 1  # the same arrivals: their keys make it idempotent

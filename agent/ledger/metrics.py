@@ -6,7 +6,9 @@ Two kinds of figures:
   acknowledgements withheld (arrivals of those batches) and whether the intake withholds now;
 * read from the database at scrape time (a few indexed queries on a connection of its own):
   notifications by state and the oldest due one's age, the last arrival and status of each
-  gateway, the conflicts and pending arrivals open, the replication state this server reports.
+  gateway, the conflicts and pending arrivals open, the replication state this server reports;
+* the writer's failover figures (`agent.ledger.failover.GAUGES`: synchronous standby seen,
+  batches refused for want of one, outages, batches run again), read at each scrape.
 Names start with `edge_ledger_`; the gateway's start with `edge_agent_`.
 """
 
@@ -14,14 +16,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from agent.core.decide import Outcome
+from agent.ledger import failover
 from agent.ledger.arrivals import Arrival
 
 log = logging.getLogger(__name__)
@@ -96,6 +100,29 @@ SYNC_NAMES = Gauge(
     "1 when the server has synchronous_standby_names set (commits wait for a standby)",
     registry=REGISTRY,
 )
+
+
+class _FailoverCollector:
+    """The writer's failover figures (agent.ledger.failover.GAUGES), read at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in failover.GAUGES.values().items():
+            if name.endswith("_total"):
+                counter = CounterMetricFamily(name.removesuffix("_total"), _FAILOVER_HELP[name])
+                counter.add_metric([], value)
+                yield counter
+            else:
+                yield GaugeMetricFamily(name, _FAILOVER_HELP[name], value=value)
+
+
+_FAILOVER_HELP = {
+    "edge_ledger_sync_standby_ok": "1 while the last check saw a synchronous standby streaming",
+    "edge_ledger_acknowledgements_withheld_total": "Batches refused (require_sync_standby) for want of a"
+    " synchronous standby",
+    "edge_ledger_database_outages_total": "Times the database became unavailable to the writer",
+    "edge_ledger_batches_rerun_total": "Batches run again after an unknown or failed outcome",
+}
+REGISTRY.register(_FailoverCollector())
 
 
 def committed(batch: Sequence[Arrival], outcomes: Sequence[Outcome], seconds: float) -> None:

@@ -16,6 +16,7 @@ from typing import cast
 
 import psycopg
 
+from agent.ledger import failover
 from agent.ledger.errors import LedgerUnavailable, SchemaError
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,9 @@ async def migrate(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> list[int
                 await conn.execute(mig.sql.encode())  # our own file, not input
                 applied.append(mig.version)
                 log.info("ledger schema migrated version=%d name=%s", mig.version, mig.name)
-    except psycopg.OperationalError as exc:
+    except psycopg.Error as exc:
+        if not failover.unavailable(exc):
+            raise
         raise LedgerUnavailable(f"PostgreSQL went away during a migration: {exc}") from exc
     return applied
 

@@ -27,9 +27,9 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 CHANNEL = "edge_ledger_notifications"
 
 INSERT = """
-INSERT INTO notification (canonical_id, kind, url, idempotency_key, max_attempts, lease_s)
-SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[])
-ORDER BY 1, 2
+INSERT INTO notification (canonical_id, kind, url, idempotency_key, max_attempts, lease_s, source)
+SELECT * FROM unnest(%b::bigint[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], %b::text[])
+ORDER BY 7, 1, 2
 ON CONFLICT ON CONSTRAINT notification_key DO NOTHING
 """
 
@@ -47,7 +47,7 @@ async def queue(
     conn: Conn, batch: Sequence[Arrival], outcomes: Sequence[Outcome], rules: Sequence[NotifyRule]
 ) -> int:
     """Rows for the inserted canonicals of a batch that match a rule; returns how many were new."""
-    rows: list[tuple[int, str, str, str, int, int]] = []
+    rows: list[tuple[int, str, str, str, int, int, str]] = []
     for arr, oc in zip(batch, outcomes, strict=True):
         d = arr.item
         if oc.decision is not Decision.INSERTED or not isinstance(d, Delivery) or d.key is None:
@@ -56,7 +56,9 @@ async def queue(
         for rule in rules:
             if rule.matches(cloudevent_ids.TRANSITION_TYPE, d.key.source, d.payload):
                 key = idempotency_key(d.key.source, ce_id(d.key), rule.kind)
-                rows.append((oc.canonical_id, rule.kind, rule.url, key, rule.max_attempts, rule.lease_s))
+                rows.append(
+                    (oc.canonical_id, rule.kind, rule.url, key, rule.max_attempts, rule.lease_s, d.key.source)
+                )
     if not rows:
         return 0
     cols = [list(c) for c in zip(*rows, strict=True)]

@@ -30,6 +30,7 @@ import psycopg
 from agent.core import cloudevent_ids, timestamps
 from agent.core.contract import Key
 from agent.core.retry import backoff_s
+from agent.ledger import failover
 from agent.ledger.connection import connect
 from agent.ledger.errors import LedgerUnavailable
 from agent.ledger.notifications import CHANNEL, ce_id
@@ -208,7 +209,9 @@ class Notifier:
             while not stop.is_set():
                 try:
                     n = await self.run_once(session)
-                except (LedgerUnavailable, psycopg.OperationalError) as exc:
+                except (LedgerUnavailable, psycopg.Error) as exc:
+                    if isinstance(exc, psycopg.Error) and not failover.unavailable(exc):
+                        raise
                     log.warning("notifier: PostgreSQL unavailable: %s", exc)
                     await self.close()
                     n = 0
@@ -243,8 +246,7 @@ class Notifier:
             return
 
     def _conninfo(self) -> str:
-        dsn = self._dsn or ""
-        return psycopg.conninfo.make_conninfo(dsn, password=self._password) if self._password else dsn
+        return failover.conninfo(self._dsn, password=self._password)  # the primary, short timeouts
 
     async def close(self) -> None:
         for conn in (self._conn, self._listen):

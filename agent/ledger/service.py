@@ -35,7 +35,12 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
         if config.password_file
         else None
     )
-    writer = Writer(dsn or config.dsn, password=password, rules=config.notify)
+    writer = Writer(
+        dsn or config.dsn,
+        password=password,
+        rules=config.notify,
+        require_sync_standby=config.require_sync_standby,
+    )
     try:
         await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start
     except LedgerUnavailable as exc:

@@ -34,6 +34,7 @@ class SnapshotCollector(Collector):
         yield from _connections(snap)
         yield from _recording(snap)
         yield from _upstreams(snap)
+        yield from _sparkplug(snap)
         yield from _tasks(snap)
         yield from _salvage(snap)
         yield GaugeMetricFamily(
@@ -138,6 +139,35 @@ def pending_age_s(oldest_pending_at: str | None, now: float) -> float:
     except ValueError:
         return 0.0
     return max(0.0, now - at)
+
+
+def _sparkplug(snap: dict[str, Any]) -> Iterator[Metric]:
+    """The Sparkplug sessions: connected, primary host online, bdSeq, rows waiting for their window."""
+    lab = ["upstream"]
+    connected = GaugeMetricFamily(
+        "edge_agent_sparkplug_connected", "Sparkplug session up (1) or not", labels=lab
+    )
+    host = GaugeMetricFamily(
+        "edge_agent_sparkplug_primary_host_online", "The primary host's last STATE said online", labels=lab
+    )
+    bd_seq = GaugeMetricFamily(
+        "edge_agent_sparkplug_bdseq", "bdSeq of the current or last CONNECT", labels=lab
+    )
+    window = GaugeMetricFamily(
+        "edge_agent_sparkplug_rows_in_window",
+        "Rows published and waiting for 2 x keepalive unbroken before they count as delivered",
+        labels=lab,
+    )
+    for name, u in (snap.get("upstreams") or {}).items():
+        if u.get("kind") != "sparkplug":
+            continue
+        connected.add_metric([name], 1.0 if u.get("connected") else 0.0)
+        if u.get("primary_host_online") is not None:
+            host.add_metric([name], 1.0 if u["primary_host_online"] else 0.0)
+        if u.get("bd_seq") is not None:
+            bd_seq.add_metric([name], u["bd_seq"])
+        window.add_metric([name], u.get("in_window", 0))
+    yield from (connected, host, bd_seq, window)
 
 
 def _tasks(snap: dict[str, Any]) -> Iterator[Metric]:

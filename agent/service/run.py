@@ -48,7 +48,6 @@ from agent.core.timestamps import format_timestamp
 from agent.core.tracker import Resume
 from agent.core.wording import counted
 from agent.service import sdnotify
-from agent.service.forwarder import Forwarder
 from agent.service.recorder import Recorder
 from agent.service.room import StoreRoom
 from agent.service.runtime import tuned_process
@@ -56,7 +55,7 @@ from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
 from agent.service.supervisor import FATAL_STORE_EXIT, Fatal, Supervisor
-from agent.service.upstream_sink import build_sink
+from agent.service.upstream_tasks import UpstreamTask, build_upstream_tasks
 from agent.sources.pollers import run_pollers
 from agent.store.prune import run_retention
 from agent.store.reader import Reader
@@ -155,7 +154,7 @@ class _Running:
 
     store: Store
     recorder: Recorder
-    forwarders: list[Forwarder]
+    forwarders: list[UpstreamTask]
     stop_polling: asyncio.Event = field(default_factory=asyncio.Event)
     stop_recorder: asyncio.Event = field(default_factory=asyncio.Event)
     stop_forwarding: asyncio.Event = field(default_factory=asyncio.Event)
@@ -248,16 +247,7 @@ class Service:
     def _prepare(self, store: Store) -> _Running:
         """Forwarders, the recorder that wakes them, and the metrics endpoint when configured."""
         cfg = self.cfg
-        forwarders = [
-            Forwarder(
-                store,
-                build_sink(u, site=cfg.site, gateway=cfg.gateway),
-                u,
-                site=cfg.site,
-                gateway=cfg.gateway,
-            )
-            for u in cfg.upstreams
-        ]
+        forwarders = build_upstream_tasks(store, cfg, self.live)
 
         def committed(_batch: Any, outcomes: Sequence[Outcome]) -> None:
             self.status.count(outcomes)
@@ -291,7 +281,7 @@ class Service:
         for f in r.forwarders:
             name = f"forwarder[{f.upstream.name}]"
 
-            def forward(f: Forwarder = f) -> Awaitable[None]:
+            def forward(f: UpstreamTask = f) -> Awaitable[None]:
                 return f.run(r.stop_forwarding, drain_s=self.budget.drain_s)
 
             r.forwarder_tasks.append(tg.create_task(sup.run(name, forward, r.stop_forwarding), name=name))
@@ -335,7 +325,7 @@ class Service:
         return stopping
 
 
-async def _close_sinks(forwarders: Sequence[Forwarder], stopping: StopSequence) -> None:
+async def _close_sinks(forwarders: Sequence[UpstreamTask], stopping: StopSequence) -> None:
     """Close every sink (each bounded by its own timeouts, all together by the stop budget)."""
 
     async def close_all() -> None:

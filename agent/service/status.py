@@ -20,8 +20,8 @@ from agent.core.decide import Outcome
 from agent.core.errors import StoreError
 from agent.core.live import ServiceLive
 from agent.service import process, sdnotify, status_record
-from agent.service.forwarder import Forwarder
 from agent.service.recorder import Recorder
+from agent.service.upstream_tasks import UpstreamTask
 from agent.store.reserve import fs_free_bytes
 from agent.store.store import Store
 
@@ -55,7 +55,7 @@ class StatusWriter:
             self.decisions[oc.decision.value] = self.decisions.get(oc.decision.value, 0) + 1
 
     async def loop(
-        self, store: Store, recorder: Recorder, forwarders: list[Forwarder], stop: asyncio.Event
+        self, store: Store, recorder: Recorder, forwarders: Sequence[UpstreamTask], stop: asyncio.Event
     ) -> None:
         """Write live state every few seconds and feed the systemd watchdog, until `stop`."""
         interval = sdnotify.watchdog_interval()
@@ -67,7 +67,7 @@ class StatusWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
-    async def write(self, store: Store, recorder: Recorder, forwarders: list[Forwarder]) -> None:
+    async def write(self, store: Store, recorder: Recorder, forwarders: Sequence[UpstreamTask]) -> None:
         """One snapshot of the live state into the store (and to the metrics collector)."""
         self.live.upstreams = {f.upstream.name: asdict(f.state) for f in forwarders}
         self.live.recorder = {

@@ -119,6 +119,7 @@ class _Link:
 
     def __init__(self, source: Source, live: ConnectionLive | None) -> None:
         self.label = f'Device "{source.device}" ({source.receiver})'
+        self.source = source
         self.state = StateLog(log, self.label)
         self.live = live
         self.failures = 0
@@ -130,8 +131,16 @@ class _Link:
         self.failures = 0
         if self.live is not None:
             self.live.polled(time.time(), _boot_of(obs))
+            self.live.problems = self.problems()
         for note in obs.notes:
             log.info("%s: %s", self.label, note)
+
+    def problems(self) -> dict[str, str]:
+        """The source's current warnings (its ``errors`` StateLog, when it keeps one)."""
+        errors = getattr(self.source, "errors", None)
+        if not isinstance(errors, StateLog):
+            return {}
+        return {what: state for what, state in errors.states.items() if state is not None}
 
     def failed(self, exc: SourceUnavailable) -> None:
         self.failures += 1

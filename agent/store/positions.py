@@ -43,7 +43,8 @@ def record_positions(db: sqlite3.Connection, positions: Sequence[Positions]) -> 
 
 async def resume_points(db: aiosqlite.Connection, devices: Iterable[str]) -> dict[str, Resume]:
     """Per device: its last boot seen live, the last transitionId per channel in that boot, the
-    ring head. A device the store has never seen gets an empty `Resume` (a fresh start)."""
+    ring head, the latest source time of each window channel's events. A device the store has
+    never seen gets an empty `Resume` (a fresh start)."""
     out: dict[str, Resume] = {}
     for device in devices:
         boot_rows = list(
@@ -63,5 +64,19 @@ async def resume_points(db: aiosqlite.Connection, devices: Iterable[str]) -> dic
             await db.execute_fetchall("SELECT head FROM ring_positions WHERE device = ?", (device,))
         )
         head = int(head_rows[0][0]) if head_rows else None
-        out[device] = Resume(boot, counters, head)
+        out[device] = Resume(boot, counters, head, await _window_times(db, device))
     return out
+
+
+async def _window_times(db: aiosqlite.Connection, device: str) -> dict[str, str]:
+    """Per window channel of ``device``: the latest source time of its events (contract text,
+    normalised UTC with milliseconds, so text order is time order)."""
+    prefix = f"{device}/"
+    # A range on `source` (the first column of the events_key index), not a scan of every event:
+    # '0' is the character after '/'.
+    rows = await db.execute_fetchall(
+        "SELECT source, MAX(source_ts) FROM events WHERE source >= ? AND source < ?"
+        " AND identity_basis = 'window' AND source_ts IS NOT NULL GROUP BY source",
+        (prefix, f"{device}0"),
+    )
+    return {str(r[0])[len(prefix) :]: str(r[1]) for r in rows if str(r[0]).startswith(prefix)}

@@ -21,6 +21,7 @@ Tables:
   channel_positions per (source, bootId): the last transitionId a poller read (resume point)
   ring_positions    per device: the ring head last read (resume point)
   store_meta        the store id (a UUID made with the store) and other facts about the file
+  sparkplug_sends   per attempt of a row on a Sparkplug upstream: its bdSeq and seq (evidence)
 
 `events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
 `counter`, `event_id` or `window` (agent/core/basis.py).
@@ -279,3 +280,25 @@ STORE_ID_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(STORE_ID_MIGRATION)
+
+
+# Sparkplug (docs/sparkplug.md): the evidence of every attempt of a row on a Sparkplug upstream,
+# the bdSeq of the connection and the seq of the message that carried it (no host acknowledges
+# Sparkplug data, so this is what can be shown of each attempt). Gone with its outbox row.
+SPARKPLUG_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "Sparkplug: bdSeq and seq of every attempt of an outbox row",
+    [
+        """CREATE TABLE sparkplug_sends(
+            outbox_id INTEGER NOT NULL,
+            attempt INTEGER NOT NULL,
+            bd_seq INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            sent_at TEXT NOT NULL,
+            PRIMARY KEY (outbox_id, attempt)
+        ) STRICT, WITHOUT ROWID""",
+        """CREATE TRIGGER sparkplug_sends_gone AFTER DELETE ON outbox
+            BEGIN DELETE FROM sparkplug_sends WHERE outbox_id = old.outbox_id; END""",
+    ],
+)
+MIGRATIONS.append(SPARKPLUG_MIGRATION)

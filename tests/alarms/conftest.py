@@ -1,16 +1,20 @@
-"""Fixtures for the alarm scenarios: the OPC UA simulator with alarm conditions, a cuttable TCP
+"""Fixtures for the alarm scenarios: an OPC UA server with alarm conditions, a cuttable TCP
 link in front of it, the real pollers and recorder on a real SQLite file.
 
-``rig`` starts one simulator (about 2 s: asyncua loads its address space) behind a
-:class:`devices.link.CutLink`; ``rig.agent()`` runs the agent (pollers + recorder) on the rig's
-store and can be entered again to model an agent that was down. Reads go through
-``agent.store.report`` the way ``edge-agent report --json`` shows them.
+``sim`` is one server per module and stack (``alarm_peers``): the project's asyncua simulator
+(about 2 s to start), polled with ``subscribe: false``, and node-opcua 2.186.4 (2-6 s), with
+``subscribe: true`` as ``config.example.yaml`` has it (the combination that never connected before
+issue 28). node-opcua skips with the reason when Node.js or ``peers/node`` is missing.
+``rig.agent()`` runs the agent (pollers + recorder) on the rig's store and can be entered again
+to model an agent that was down. Reads go through ``agent.store.report`` the way
+``edge-agent report --json`` shows them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -24,13 +28,16 @@ import yaml
 
 from agent.config import loader as config
 from agent.config.sources import Device
+from agent.core.live import ServiceLive
 from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
 from agent.store import report
 from agent.store.store import Store
-from devices.controller import ChannelSpec, Controller
 from devices.link import CutLink
-from devices.opcua_server import OpcUaSimServer
+from devices.peers import node_missing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # alarm_peers.py is a sibling file
+from alarm_peers import AlarmPeer, NodeOpcUaPeer, SimulatorPeer
 
 logging.getLogger("asyncua").setLevel(logging.CRITICAL)
 
@@ -63,7 +70,7 @@ class View:
         return gaps + await self._all(report.anomalies(self.store.db, gaps=False))
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
     """Wait until ``check`` holds (a hang backstop, not a performance check)."""
     deadline = time.monotonic() + timeout
     while not await check():
@@ -74,7 +81,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0
 
 @dataclass
 class Rig:
-    server: OpcUaSimServer
+    peer: AlarmPeer
     link: CutLink
     tmp: Path
     alarms: dict[str, Any] = field(default_factory=dict)
@@ -92,6 +99,7 @@ class Rig:
                         "security": {"policy": "None"},
                         "timeout": "1s",
                         "publishing": "50ms",
+                        "subscribe": self.peer.name == "node-opcua",
                     }
                 }
             ],
@@ -104,14 +112,16 @@ class Rig:
         return config.load(path).devices
 
     @asynccontextmanager
-    async def agent(self, db: str = "store.db") -> AsyncIterator[View]:
-        """The agent running (pollers + recorder) on ``tmp/<db>``; leaving it stops the agent."""
+    async def agent(self, db: str = "store.db", live: ServiceLive | None = None) -> AsyncIterator[View]:
+        """The agent running (pollers + recorder) on ``tmp/<db>``; leaving it stops the agent.
+        ``live`` collects what ``status`` shows of the connection."""
         store = await Store.open(self.tmp / db)
         recorder = Recorder(store)
         stop, stop_recorder = asyncio.Event(), asyncio.Event()
         rec = asyncio.create_task(recorder.run(stop_recorder), name="recorder")
         pollers = asyncio.create_task(
-            run_pollers(self.devices(), recorder, stop, alarm_memory=store.read_alarm_memory), name="pollers"
+            run_pollers(self.devices(), recorder, stop, live, alarm_memory=store.read_alarm_memory),
+            name="pollers",
         )
         try:
             yield View(store)
@@ -123,36 +133,43 @@ class Rig:
             await store.close()
 
     async def alarm(self, condition: str, action: str) -> str:
-        """One transition on the simulator; returns its EventId as the agent keys it (hex)."""
-        ev = await self.server.alarm(PLC, condition, action)
-        return ev.event_id.hex()
+        """One transition on the server; returns its EventId as the agent keys it (hex)."""
+        return await self.peer.alarm(condition, action)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def sim() -> AsyncIterator[tuple[OpcUaSimServer, CutLink]]:
-    """One simulator per module (``Server.init`` costs ~2 s, more under load) and its link."""
-    server = OpcUaSimServer([Controller(PLC, [ChannelSpec("Trip")])])
-    await server.start()
-    link = CutLink("127.0.0.1", server.port)
+STACKS = ["simulator", "node-opcua"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=STACKS)
+async def sim(request: pytest.FixtureRequest) -> AsyncIterator[tuple[AlarmPeer, CutLink]]:
+    """One server per module and stack (start-up costs 2-6 s under load) and its link."""
+    if request.param == "node-opcua" and (why := node_missing()) is not None:
+        pytest.skip(why)
+    peer: AlarmPeer = SimulatorPeer() if request.param == "simulator" else NodeOpcUaPeer()
+    await peer.start()
+    link = CutLink("127.0.0.1", peer.port)
     await link.start()
     try:
-        yield server, link
+        yield peer, link
     finally:
         await link.stop()
-        await server.stop()
+        await peer.stop()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def rig(
-    sim: tuple[OpcUaSimServer, CutLink], tmp_path: Path, request: pytest.FixtureRequest
+    sim: tuple[AlarmPeer, CutLink], tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Rig]:
-    """The shared simulator with no alarms; ``@pytest.mark.parametrize("rig", [{"event_ids":
-    "counter"}], indirect=True)`` picks how it makes EventIds."""
+    """The shared server with no alarms; ``@pytest.mark.parametrize("rig", [{"event_ids":
+    "counter"}], indirect=True)`` picks how it makes EventIds (the simulator only)."""
     options: dict[str, Any] = getattr(request, "param", {})
-    server, link = sim
-    server.reset_alarms(options.get("event_ids", "unique"))
+    peer, link = sim
+    event_ids = options.get("event_ids", "unique")
+    if event_ids != "unique" and peer.name != "simulator":
+        pytest.skip(f"{peer.name} makes its own EventIds and never reuses one")
+    await peer.reset(event_ids)
     link.restore()
-    yield Rig(server, link, tmp_path)
+    yield Rig(peer, link, tmp_path)
 
 
 @pytest.fixture

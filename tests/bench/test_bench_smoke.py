@@ -9,6 +9,7 @@ that the figures are there and consistent; they never judge the speed of this ma
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -290,7 +291,7 @@ def test_opcua_subscribe_of_a_few_transitions_compares_with_a_bare_asyncua_clien
 
 
 def test_opcua_subscribe_against_node_opcua_runs_or_says_why_not() -> None:
-    # node and bench/node's node-opcua-server are optional: without them the bench says so and exits 0.
+    # node and peers/node's node-opcua-server are optional: without them the bench says so and exits 0.
     _opcua_subscribe_smoke("node-opcua")
 
 
@@ -309,3 +310,28 @@ def test_web_quick_times_each_page_beside_its_bare_query() -> None:
         assert page["bare_p50_ms"] > 0 and 0 < page["page_p50_ms"] <= page["page_p95_ms"], name
         assert page["page_vs_bare_p50"] > 0, name
     assert got["max_page_p95_ms"] == max(p["page_p95_ms"] for p in got["pages"].values())
+
+
+def test_ledger_failover_quick_loses_nothing_through_one_failover() -> None:
+    got = run_bench("ledger_failover.py", "--quick")
+    assert got["bench"] == "ledger_failover" and got["standby"] == "sync" and got["failovers"] == 1
+    assert got["lost"] == 0 and got["lost_deliveries"] == {"gw-mqtt": 0, "gw-http": 0}
+    assert got["arrivals_per_key"] == {"2": got["events"]} and got["deliveries_with_two_arrivals"] == 0
+
+
+def test_ledger_fleet_quick_compares_sync_with_nosync_and_loses_nothing() -> None:
+    got = run_bench("ledger_fleet.py", "--quick")
+    assert got["bench"] == "ledger_fleet" and got["lost"] == 0
+    assert got["x2_sync_canonicals_ok"] and got["x2_nosync_canonicals_ok"]
+    assert_compared(got["x2_sync_arrivals_per_s"], got["x2_nosync_arrivals_per_s"], got["x2_sync_vs_nosync"])
+
+
+@pytest.mark.skipif(
+    shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists(),
+    reason="mosquitto is not installed: bench/sparkplug.py starts its own broker",
+)
+def test_sparkplug_drain_compares_with_a_bare_qos0_publisher() -> None:
+    got = run_bench("sparkplug.py", "--events", "300", "--rounds", "2")
+    assert got["bench"] == "sparkplug" and got["events"] == 300
+    assert_compared(got["events_per_s"], got["bare_aiomqtt_qos0_per_s"], got["ratio_vs_bare"])
+    assert got["rss_peak_mb"] > 0 and len(got["loadavg"]) == 3

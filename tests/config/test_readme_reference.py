@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from agent.config.retention import RetentionSettings
+from agent.config.sparkplug import SparkplugUpstream
 from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +27,11 @@ USER_NAMED = {"channels", "values", "latched", "fields_named"}  # children of th
 def model_keys() -> set[str]:
     loader = "".join(p.read_text() for p in (ROOT / "agent" / "config").glob("*.py"))
     keys = set(re.findall(r'\.(?:get|sub|has|raw)\("([a-z_]+)"', loader))
-    for cls in (MqttUpstream, HttpUpstream, Backoff, RetentionSettings):
+    for cls in (MqttUpstream, HttpUpstream, SparkplugUpstream, Backoff, RetentionSettings):
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             keys.add(f.name.removesuffix("_s"))
     keys -= {"initial_s", "max_s"}
-    return keys | {"mqtt", "http", "modbus", "modbus_rtu", "opcua"}
+    return keys | {"mqtt", "http", "sparkplug", "modbus", "modbus_rtu", "opcua"}
 
 
 def example_keys(node: Any, parent: str = "") -> set[str]:

@@ -21,6 +21,7 @@ import yaml
 
 from agent.config import loader as config
 from agent.config.sources import Device
+from agent.core.live import ServiceLive
 from agent.service.recorder import Recorder
 from agent.sources.pollers import run_pollers
 from agent.store import report
@@ -108,12 +109,14 @@ def agent_for(tmp_path: Path) -> Callable[..., Any]:
     """``async with agent_for(devices) as view:`` runs pollers + recorder on ``tmp_path/store.db``."""
 
     @asynccontextmanager
-    async def run(devices: tuple[Device, ...], db: str = "store.db") -> AsyncIterator[View]:
+    async def run(
+        devices: tuple[Device, ...], db: str = "store.db", live: ServiceLive | None = None
+    ) -> AsyncIterator[View]:
         store = await Store.open(tmp_path / db)
         recorder = Recorder(store)
         stop, stop_recorder = asyncio.Event(), asyncio.Event()
         rec = asyncio.create_task(recorder.run(stop_recorder), name="recorder")
-        pollers = asyncio.create_task(run_pollers(devices, recorder, stop), name="pollers")
+        pollers = asyncio.create_task(run_pollers(devices, recorder, stop, live), name="pollers")
         try:
             yield View(store)
         finally:

@@ -20,22 +20,22 @@ FILL = [
               %(t0)s::timestamptz + g * interval '1 second'
        FROM generate_series(1, %(n)s) g""",
     """INSERT INTO arrival (kind, decision, canonical_id, source, transition_id, boot_id, source_ts,
-         payload_hash, gateway, gateway_arrival_at, attempt, replayed, received_at, via, raw)
+         payload_hash, gateway, gateway_arrival_at, attempt, replayed, received_at, via, raw, arrival_key)
        SELECT 'transition',
               CASE WHEN k = 0 THEN 'inserted' WHEN g %% 1000 = 0 THEN 'conflict' ELSE 'duplicate' END,
               g, 'plant/DEV-' || (g %% 500) || '/Trip', 'T' || g, 'B' || (g %% 7),
               %(t0)s::timestamptz + g * interval '1 second', md5(g::text), 'gw-' || ((g + k) %% 20),
               %(t0)s::timestamptz + g * interval '1 second' + k * interval '5 ms', 1, false,
               %(t0)s::timestamptz + g * interval '1 second' + k * interval '7 ms', 'mqtt',
-              convert_to('{"id":"' || g || '"}', 'UTF8')
+              convert_to('{"id":"' || g || '"}', 'UTF8'), sha256(convert_to(g || '/' || k, 'UTF8'))
        FROM generate_series(1, %(n)s) g CROSS JOIN generate_series(0, 1) k ORDER BY g, k""",
     """INSERT INTO arrival (kind, decision, source, transition_id, source_ts, reason, gateway,
-         gateway_arrival_at, received_at, via, raw, ce_id)
+         gateway_arrival_at, received_at, via, raw, ce_id, arrival_key)
        SELECT 'identity_incomplete', 'identity_incomplete', 'plant/DEV-' || (g %% 500) || '/Trip', 'T' || g,
               %(t0)s::timestamptz + g * interval '1 second', 'no boot id: the controller gives none',
               'gw-' || (g %% 20), %(t0)s::timestamptz + g * interval '1 second',
               %(t0)s::timestamptz + g * interval '1 second', 'http', convert_to('{"raw":' || g || '}', 'UTF8'),
-              'ii-' || g
+              'ii-' || g, sha256(convert_to('ii/' || g, 'UTF8'))
        FROM generate_series(1000, %(n)s, 1000) g""",
     """INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
        SELECT 2 * g, g, '{"state":"Trip","n":' || g || ',"severity":"Low"}', md5('c' || g),

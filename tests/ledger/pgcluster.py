@@ -47,6 +47,7 @@ class Cluster:
     port: int
     user: str | None  # the OS user running the server (None: ourselves)
     durable: bool = True
+    options: str = ""  # more server options for `pg_ctl start -o` (e.g. -c cluster_name=s1)
 
     @property
     def datadir(self) -> Path:
@@ -74,7 +75,8 @@ class Cluster:
             "-o",
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
             " -c max_connections=60 -c shared_buffers=32MB"
-            + ("" if self.durable else " -c fsync=off -c full_page_writes=off"),
+            + ("" if self.durable else " -c fsync=off -c full_page_writes=off")
+            + (f" {self.options}" if self.options else ""),
             "start",
         )
         if proc.returncode != 0:
@@ -131,3 +133,123 @@ def create(bindir: Path, *, durable: bool = True) -> Cluster:
             cluster.port = free_port()  # someone took the port between bind and start
             time.sleep(0.2)
     raise AssertionError("unreachable")
+
+
+def _sql(cluster: Cluster, *statements: str) -> None:
+    import psycopg
+
+    with psycopg.connect(cluster.dsn(), autocommit=True, connect_timeout=10) as conn:
+        for st in statements:
+            conn.execute(st.encode())
+
+
+class Pair:
+    """A primary and a streaming standby made from it (`pg_basebackup -R` with a replication slot),
+    synchronous (`synchronous_standby_names = 'FIRST 1 (*)'`) unless `sync=False`.
+
+    `failover()` kills the primary (`pg_ctl stop -m immediate`) and promotes the standby; `rejoin()`
+    makes a fresh standby of the new primary on the old primary's port, so a DSN naming both
+    ports stays right through any number of failovers. The standby starts with
+    `synchronous_standby_names = ''` in its own postgresql.auto.conf: otherwise, once promoted,
+    it would wait for a standby of its own (library notes section 12).
+    """
+
+    def __init__(self, bindir: Path, *, sync: bool = True, durable: bool = False) -> None:
+        self.bindir = bindir
+        self.sync = sync
+        self.durable = durable
+        self.generation = 0
+        self.dbname = "postgres"
+        self.failed_over = False
+        self.primary = create(bindir, durable=durable)
+        self.primary.options = "-c cluster_name=n0"
+        self._sync_setting(self.primary)
+        self.standby = self._standby_of(self.primary, free_port())
+        self.wait_streaming()
+
+    def dsn(self, dbname: str | None = None, *, order: tuple[int, int] | None = None) -> str:
+        """A multi-host DSN naming both servers (primary first unless `order` says otherwise)."""
+        ports = order or (self.primary.port, self.standby.port)
+        return (
+            f"host=127.0.0.1,127.0.0.1 port={ports[0]},{ports[1]} user=postgres"
+            f" dbname={dbname or self.dbname} connect_timeout=3"
+        )
+
+    def new_database(self, name: str) -> None:
+        """A fresh database on the primary (replicated), the default of `dsn()` from now on."""
+        _sql(self.primary, f"CREATE DATABASE {name}")
+        self.dbname = name
+
+    def _sync_setting(self, cluster: Cluster) -> None:
+        names = "FIRST 1 (*)" if self.sync else ""
+        _sql(cluster, f"ALTER SYSTEM SET synchronous_standby_names = '{names}'", "SELECT pg_reload_conf()")
+
+    def _standby_of(self, primary: Cluster, port: int) -> Cluster:
+        self.generation += 1
+        name = f"n{self.generation}"
+        user = primary.user
+        root = Path(tempfile.mkdtemp(prefix="edge-ledger-pg-standby-"))
+        if user is not None:
+            info = pwd.getpwnam(user)
+            os.chown(root, info.pw_uid, info.pw_gid)
+            root.chmod(0o700)
+        standby = Cluster(self.bindir, root, port, user, self.durable, f"-c cluster_name={name}")
+        proc = standby._run(
+            "pg_basebackup",
+            "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres", "-D", str(standby.datadir),
+            "-R", "-X", "stream", "-C", "-S", f"slot_{name}", "-c", "fast",
+        )  # fmt: skip
+        if proc.returncode != 0:
+            shutil.rmtree(root, ignore_errors=True)
+            raise RuntimeError(f"pg_basebackup failed: {proc.stderr or proc.stdout}")
+        auto = standby.datadir / "postgresql.auto.conf"
+        with auto.open("a") as f:
+            f.write("synchronous_standby_names = ''\n")
+        standby.start()
+        return standby
+
+    def wait_streaming(self, primary: Cluster | None = None, timeout: float = 60) -> None:
+        import psycopg
+
+        primary = primary or self.primary
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with psycopg.connect(primary.dsn(), autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+                    + (" AND sync_state = 'sync'" if self.sync else "")
+                ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the standby did not start streaming")
+
+    def failover(self) -> None:
+        """Kill the primary and promote the standby (the standby becomes the primary)."""
+        self.primary.stop("immediate")
+        proc = self.standby._run("pg_ctl", "-D", str(self.standby.datadir), "-w", "-t", "60", "promote")
+        if proc.returncode != 0:
+            raise RuntimeError(f"pg_ctl promote failed: {proc.stderr or proc.stdout}")
+        self.primary, self.standby = self.standby, self.primary
+        self.failed_over = True
+
+    def rejoin(self) -> None:
+        """The old primary (now `standby`, stopped) is thrown away; a fresh standby of the new
+        primary takes its port. The new primary gets the synchronous setting."""
+        old = self.standby
+        old.destroy()
+        # the old primary's slot is not on the new primary: nothing to drop
+        self.standby = self._standby_of(self.primary, old.port)
+        self._sync_setting(self.primary)
+        self.wait_streaming()
+        self.failed_over = False
+
+    def stop_standby(self) -> None:
+        self.standby.stop("fast")
+
+    def start_standby(self) -> None:
+        self.standby.start()
+
+    def destroy(self) -> None:
+        self.standby.destroy()
+        self.primary.destroy()

@@ -53,6 +53,11 @@ CMD = [sys.executable, "-m", "agent", "ledger"]
             "notify[0].url: 'ftp://x' must be an http:// or https:// URL",
             id="a notify rule with a bad url",
         ),
+        pytest.param(
+            "http: {listen: '127.0.0.1:1'}\nrequire_sync_standby: yes please\n",
+            ":2: require_sync_standby:",
+            id="require_sync_standby not a boolean",
+        ),
     ],
 )
 def test_config_errors_name_file_and_line_and_exit_78(tmp_path: Path, text: str, expected: str) -> None:
@@ -61,6 +66,14 @@ def test_config_errors_name_file_and_line_and_exit_78(tmp_path: Path, text: str,
     with pytest.raises(config.ConfigProblems) as info:
         config.load(f)
     assert expected in str(info.value) and str(f) in str(info.value)
+
+
+def test_require_sync_standby_is_read_and_off_by_default(tmp_path: Path) -> None:
+    f = tmp_path / "ledger.yaml"
+    f.write_text("http: {listen: '127.0.0.1:1'}\n")
+    assert config.load(f).require_sync_standby is False
+    f.write_text("http: {listen: '127.0.0.1:1'}\nrequire_sync_standby: true\n")
+    assert config.load(f).require_sync_standby is True
 
 
 def test_run_with_a_bad_config_lists_every_problem_and_exits_78(tmp_path: Path) -> None:

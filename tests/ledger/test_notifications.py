@@ -77,8 +77,12 @@ def line(tid: int | str, **kw: Any) -> str:
     return json.dumps(base)
 
 
-async def record(conn: Conn, lines: list[str], rules: list[NotifyRule]) -> list[str]:
-    items = [Arrival(parse_delivery(t, arrival_at=NOW, receiver="t"), "gw", "import") for t in lines]
+async def record(conn: Conn, lines: list[str], rules: list[NotifyRule], start: int = 1) -> list[str]:
+    # import lines are told apart by their line number (their arrival key): number them
+    items = [
+        Arrival(parse_delivery(t, arrival_at=NOW, receiver="t", line=n), "gw", "import")
+        for n, t in enumerate(lines, start)
+    ]
     return [oc.decision.value for oc in await arbiter.record(conn, items, rules=rules)]
 
 
@@ -110,7 +114,7 @@ async def test_a_rule_fires_for_an_inserted_event_only_never_for_a_duplicate_or_
         rules,
     )
     assert decisions == ["inserted", "duplicate", "conflict", "inserted"]
-    assert await record(ledger_conn, [line(1)], rules) == ["duplicate"]
+    assert await record(ledger_conn, [line(1)], rules, start=5) == ["duplicate"]
     got = await rows(ledger_conn)
     assert sorted((r[0], r[1]) for r in got) == [(1, "high"), (1, "trip"), (2, "trip")]
     want = hashlib.sha256(b"PUMP-07/Trip\nB1:1\ntrip").hexdigest()

@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.core.contract import Rejection
 from agent.core.intake import parse_delivery
 from agent.sinks.encode import encode
-from agent.store.schema import MIGRATIONS
+from agent.store.schema import MIGRATIONS, STORE_ID_MIGRATION
 from agent.store.store import Store
 
 NOW = "2026-04-22T08:00:00.000Z"
@@ -34,7 +34,7 @@ async def test_a_new_store_gets_a_random_uuid_that_it_keeps_across_reopening(tmp
 
 async def test_a_store_made_before_the_store_id_gets_one_when_it_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    older = await Store.open(path, migrations=MIGRATIONS[:-1])
+    older = await Store.open(path, migrations=MIGRATIONS[: MIGRATIONS.index(STORE_ID_MIGRATION)])
     assert older.store_id == ""
     await older.close()
     got = await _store_id(path)

@@ -24,6 +24,7 @@ def test_a_poll_time_is_kept_as_seconds_and_read_as_contract_text() -> None:
         "read_errors": 0,
         "last_error": None,
         "ticks_missed": 0,
+        "problems": {},
         "last_poll_at": "2026-04-22T08:00:12.750Z",
     }
 

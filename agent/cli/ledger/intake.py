@@ -34,7 +34,7 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
     """
     from agent.cli.records import ImportTally, _json_results
     from agent.ledger import arbiter
-    from agent.ledger.arrivals import from_import
+    from agent.ledger.arrivals import file_digest, from_import
     from agent.sources.importer import read_batches
 
     tally = ImportTally()
@@ -42,8 +42,10 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
     async def go() -> None:
         conn = await obj.open(migrate=True)
         try:
+            digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
             for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
-                outcomes = await arbiter.record(conn, [from_import(it, gateway) for it in batch.items])
+                arrivals = [from_import(it, gateway, digest) for it in batch.items]
+                outcomes = await arbiter.record(conn, arrivals)
                 if as_json:
                     sys.stdout.write(_json_results(batch.lines, outcomes))
                     sys.stdout.flush()

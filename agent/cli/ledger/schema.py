@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from agent.cli.ledger.context import LedgerContext, run_ledger
@@ -41,20 +43,32 @@ def migrate_cmd(obj: LedgerContext) -> None:
 
 
 @click.command("check")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: schema version, server, replication.")
 @click.pass_obj
-def check_cmd(obj: LedgerContext) -> None:
+def check_cmd(obj: LedgerContext, as_json: bool) -> None:
     """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer).
+    Also says which server the DSN reached and its replication state (synchronous_standby_names,
+    synchronous_commit, the standbys in pg_stat_replication): ledger.md section 7.
 
     \b
       edge-agent ledger check || edge-agent ledger migrate
 
     Exit 0 up to date, 69 PostgreSQL unreachable, 74 a migration is pending or the schema is newer.
     """
-    from agent.ledger import migrations
+    from agent.ledger import failover, migrations
+    from agent.ledger.writer import conn_info
 
-    async def go() -> None:
+    async def go() -> tuple[str, failover.ReplicationState]:
         conn = await obj.open(migrate=False)
-        await conn.close()
+        try:
+            return conn_info(conn), await failover.replication_state(conn)
+        finally:
+            await conn.close()
 
-    run_ledger(go)
-    click.echo(f"ledger schema is at version {len(migrations.migrations())}")
+    server, state = run_ledger(go)
+    version = len(migrations.migrations())
+    if as_json:
+        click.echo(json.dumps({"schema_version": version, "server": server, "replication": state.as_json()}))
+        return
+    click.echo(f"ledger schema is at version {version}")
+    click.echo(f"replication on {server}: {state.describe()}")

@@ -44,6 +44,7 @@ CREATE TABLE public.arrival (
     line integer,
     ce_id text,
     raw bytea NOT NULL,
+    arrival_key bytea NOT NULL,
     CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text]))),
     CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
     CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
@@ -147,6 +148,7 @@ CREATE TABLE public.notification (
     errors text[] DEFAULT '{}'::text[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     sent_at timestamp with time zone,
+    source text,
     CONSTRAINT notification_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
     CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -195,6 +197,9 @@ ALTER TABLE ONLY public.anomaly
 
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.arrival
+    ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
 
 ALTER TABLE ONLY public.arrival
     ADD CONSTRAINT arrival_pkey PRIMARY KEY (id);

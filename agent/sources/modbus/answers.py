@@ -24,6 +24,14 @@ EXCEPTION_NAMES = {
     10: "gateway path unavailable",
     11: "gateway target failed to respond",
 }
+# What an operator should take from a code: 2 is the map's problem (misconfigured), 10 and 11 come
+# from a Modbus TCP-to-RTU gateway and mean the device behind it cannot be read (unavailable).
+EXCEPTION_MEANINGS = {
+    2: "the device has no such register: check the register map",
+    10: "the gateway has no path to this unit id: check the gateway's routing and the unit id",
+    11: "the device behind the gateway did not answer it: the device is off or its line is cut",
+}
+GATEWAY_CODES = (10, 11)  # the device is unavailable, not one of its fields
 READ_FUNCTIONS = {"coil": 1, "discrete": 2, "holding": 3, "input": 4}
 
 
@@ -33,8 +41,10 @@ class ExceptionResponse(Exception):
     def __init__(self, block: Block, code: int) -> None:
         self.block, self.code = block, code
         name = EXCEPTION_NAMES.get(code, "exception")
+        meaning = f": {EXCEPTION_MEANINGS[code]}" if code in EXCEPTION_MEANINGS else ""
         super().__init__(
             f"exception {code} ({name}) reading {block.table} {block.start}..{block.start + block.count - 1}"
+            f"{meaning}"
         )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import termios
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,7 @@ from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog, due_in_s, phase_s
 from agent.sources.modbus.answers import (
+    GATEWAY_CODES,
     BadResponse,
     ExceptionResponse,
     channel_from_registers,
@@ -150,10 +152,20 @@ class ModbusSource:
                 ok = await client.connect()
         except (TimeoutError, OSError, ModbusException) as exc:
             raise SourceUnavailable(f"cannot connect: {exc or type(exc).__name__}") from exc
+        except termios.error as exc:  # a serial line that refuses the settings (not an OSError)
+            raise SourceUnavailable(f"cannot configure the serial line ({self._line()}): {exc}") from exc
         if not ok:
+            if isinstance(c, ModbusRtu):
+                raise SourceUnavailable(f"cannot open the serial line ({self._line()})")
             raise SourceUnavailable("cannot connect (refused or unreachable)")
         self._same = None
         self.tracker.reconnected()
+
+    def _line(self) -> str:
+        c = self.conn
+        if not isinstance(c, ModbusRtu):
+            return ""
+        return f"{c.serial}, {c.baudrate} baud, {c.bytesize}{c.parity}{c.stopbits}"
 
     async def close(self) -> None:
         self._same = None
@@ -250,7 +262,10 @@ class ModbusSource:
             # no longer be trusted.
             raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
         if rr.isError():
-            raise ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
+            refused = ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
+            if refused.code in GATEWAY_CODES:  # the device behind a gateway: unavailable as a whole
+                raise SourceUnavailable(str(refused))
+            raise refused
         bits = block.table in BIT_TABLES
         values = list(rr.bits if bits else rr.registers)
         problem = response_problem(

@@ -184,6 +184,8 @@ class OpcUaSource:
             for k, n in zip(self.keys, self.nodes, strict=True)
             if k == "boot" or k.endswith(".transition_id") or k in window_states
         ]
+        # An alarms-only device watches nothing: no data-change subscription at all (node-opcua
+        # answers an empty CreateMonitoredItems with BadNothingToDo, and so may a PLC).
         await subscribe(client, self.conn, self.dev, watched, self.handler, idx)
 
     async def close(self) -> None:
@@ -305,6 +307,8 @@ class OpcUaSource:
     async def _read_nodes(self) -> list[Any]:
         if self.client is None:
             raise SourceUnavailable("not connected")
+        if not self.nodes:  # never an empty Read (a server answers it BadNothingToDo)
+            return []
         with link_errors("read refused", "read failed", "the response", self.conn.max_message_size):
             async with asyncio.timeout(self.conn.timeout):
                 data_values: list[Any] = await self.client.read_attributes(self.nodes)

@@ -248,9 +248,16 @@ async def event_filter(event_type: Any, fields: Iterable[str]) -> Any:
 async def subscribe(
     client: Any, conn: OpcUa, dev: Device, watched: list[Any], handler: Any, idx: int | None
 ) -> None:
-    """Data changes of ``watched`` (and, with ``events`` mapped, events) notify ``handler``."""
+    """Data changes of ``watched`` (and, with ``events`` mapped, events) notify ``handler``.
+
+    Nothing to watch and no events: no subscription is made. An empty CreateMonitoredItems is
+    never sent: node-opcua (like the specification) answers it ``BadNothingToDo``, which failed
+    every connect of an alarms-only device with ``subscribe: true``."""
+    if not watched and dev.events is None:
+        return
     sub = await client.create_subscription(conn.publishing * 1000, handler)
-    await sub.subscribe_data_change(watched, queuesize=100)
+    if watched:
+        await sub.subscribe_data_change(watched, queuesize=100)
     if dev.events is not None:
         event_type = node(client, dev.events.type, idx)
         await sub.subscribe_events(

@@ -5,8 +5,8 @@
 // (CHUNK at a time: the ring slots, the channel nodes and the ring head written once per
 // chunk, one TransitionEventType event per transition) answered by `DONE {...}`.
 //
-//     npm install --prefix bench/node      (node-opcua-server, pinned in package.json)
-//     node bench/node/opcua_server.js NAME RING PKI_DIR
+//     npm install --prefix peers/node      (node-opcua-server, pinned in package.json)
+//     node peers/node/opcua_server.js NAME RING PKI_DIR
 "use strict";
 const readline = require("readline");
 const { OPCUAServer } = require("node-opcua-server");

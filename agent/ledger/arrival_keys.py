@@ -1,0 +1,116 @@
+"""Arrival keys: a batch run again after its COMMIT went unanswered adds no second arrival.
+
+A connection lost during COMMIT leaves the outcome unknown (ledger.md section 7): the batch
+may have committed, and nothing can tell afterwards. Nothing of it was acknowledged, so it runs
+again, and every row it writes must be idempotent under that re-run. Canonicals and records
+are (their unique keys); an arrival gets a key of its own, unique on (`source`, `arrival_key`)
+(nulls not distinct: a rejected arrival has no source):
+
+| arrival | key: SHA-256 over |
+|---|---|
+| a gateway's delivery (MQTT, HTTP) | `via`, the `gateway` extension, the event's exact text |
+| an import line | the file's SHA-256 and the line number (`from_import` with the digest) |
+| an import line without a file digest | `via`, gateway, line number, the line's text |
+
+The event's text carries its `source` and `id` (the gateway's outbox record), its `attempt`
+and `arrivalat`: so the ledger's own re-run of a batch, and a broker's redelivery of a PUBLISH
+the ledger had committed but not acknowledged, are the same delivery, while a gateway's resend
+with the next attempt is a delivery of its own, kept as evidence. Two deliveries that are
+byte-for-byte the same from one gateway over one path cannot be told apart and are one arrival
+(an event without the `attempt` extension resent as it was, for instance).
+
+Before deciding, the arbiter reads the arrivals the batch's keys already have and returns their
+stored decisions: a re-run gives the decisions of the run that committed, and writes no
+arrival, conflict, pending or notification row again. Two ledger instances racing on one key
+are arbitrated by the unique index: the loser's COPY fails, its batch is retried, and the retry
+finds the winner's arrival.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from agent.core.contract import Decision
+from agent.core.decide import Outcome
+from agent.ledger.arrivals import Arrival
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+CONSTRAINT = "arrival_key"
+
+READ_KNOWN = """
+SELECT k.i, a.decision, a.canonical_id, a.reason, a.flags
+FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key)
+JOIN arrival a ON a.source = k.s AND a.arrival_key = k.key
+WHERE k.s IS NOT NULL
+UNION ALL
+SELECT k.i, a.decision, a.canonical_id, a.reason, a.flags
+FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key)
+JOIN arrival a ON a.source IS NULL AND a.arrival_key = k.key
+WHERE k.s IS NULL
+"""
+
+
+def _digest(*parts: str | bytes) -> bytes:
+    h = hashlib.sha256()
+    for p in parts:
+        b = p if isinstance(p, bytes) else p.encode("utf-8", "surrogateescape")
+        h.update(b"%d:" % len(b))
+        h.update(b)
+    return h.digest()
+
+
+def _raw(raw: str | bytes) -> bytes:
+    return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+
+
+def key_of(arr: Arrival) -> bytes:
+    """The arrival's key (its own when the intake gave one)."""
+    if arr.key is not None:
+        return arr.key
+    it = arr.item
+    if arr.via == "import":
+        return _digest(arr.via, arr.gateway, str(it.line if it.line is not None else ""), _raw(it.raw))
+    return _digest(arr.via, arr.gateway, _raw(it.raw))
+
+
+def source_of(arr: Arrival) -> str | None:
+    """The `source` column the arrival row will have (the key's leading column)."""
+    it = arr.item
+    return getattr(it, "source", None)
+
+
+def split(keys: Sequence[tuple[str | None, bytes]]) -> tuple[list[int], dict[int, int]]:
+    """Positions of the first arrival of every key, and each later repeat -> its first's position."""
+    first: dict[tuple[str | None, bytes], int] = {}
+    repeats: dict[int, int] = {}
+    for i, k in enumerate(keys):
+        if k in first:
+            repeats[i] = first[k]
+        else:
+            first[k] = i
+    return list(first.values()), repeats
+
+
+async def recorded(
+    conn: Conn, keys: Sequence[tuple[str | None, bytes]], where: Sequence[int]
+) -> dict[int, Outcome]:
+    """The stored outcome of every position in `where` whose key has an arrival already."""
+    if not where:
+        return {}
+    cols: tuple[list[int], list[str | None], list[bytes]] = ([], [], [])
+    for i in where:
+        cols[0].append(i)
+        cols[1].append(keys[i][0])
+        cols[2].append(keys[i][1])
+    cur = await conn.execute(READ_KNOWN, (*cols, *cols))
+    out: dict[int, Outcome] = {}
+    for i, decision, cid, reason, flags in await cur.fetchall():
+        d = Decision(decision)
+        dup_of = cid if d in (Decision.DUPLICATE, Decision.CONFLICT) else None
+        out[int(i)] = Outcome(d, cid, dup_of, reason, tuple(flags or ()))
+    return out
