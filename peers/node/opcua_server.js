@@ -3,10 +3,14 @@
 // transitions/s on a 2-core machine. Same stdin/stdout protocol as the bench's own server:
 // a line `READY {"endpoint": ...}`, then per stdin line `burst N RATE CHUNK` the transitions
 // (CHUNK at a time: the ring slots, the channel nodes and the ring head written once per
-// chunk, one TransitionEventType event per transition) answered by `DONE {...}`.
+// chunk, one TransitionEventType event per transition) answered by `DONE {...}`; and per line
+// `reset N` the channel's transition counter set to N (no ring entry, no event: a counter reset
+// within the boot, as devices/controller.py's set_counter), answered by `DONE {...}` too.
+// BOOT_ID (default 17) and PORT (default 0: a free one) let a test restart the server on the
+// same endpoint as a new boot; counters start at 0.
 //
 //     npm install --prefix peers/node      (node-opcua-server, pinned in package.json)
-//     node peers/node/opcua_server.js NAME RING PKI_DIR
+//     node peers/node/opcua_server.js NAME RING PKI_DIR [BOOT_ID [PORT]]
 "use strict";
 const readline = require("readline");
 const { OPCUAServer } = require("node-opcua-server");
@@ -16,16 +20,17 @@ const { StatusCodes } = require("node-opcua-status-code");
 const { OPCUACertificateManager } = require("node-opcua-certificate-manager");
 
 const NAMESPACE = "urn:edge-agent:sim";
-const [name, ringText, pki] = process.argv.slice(2);
+const [name, ringText, pki, bootText, portText] = process.argv.slice(2);
 const RING = Number(ringText);
-const BOOT_ID = 17;
+const BOOT_ID = bootText === undefined ? 17 : Number(bootText);
+const PORT = portText === undefined ? 0 : Number(portText);
 const STATES = { 0: "Normal", 1: "Trip" };
 const u64 = (ms) => [Math.floor(ms / 2 ** 32), ms >>> 0]; // node-opcua's UInt64: [high, low]
 
 async function main() {
   const serverCertificateManager = new OPCUACertificateManager({ rootFolder: pki, automaticallyAcceptUnknownCertificate: true });
   const server = new OPCUAServer({
-    port: 0,
+    port: PORT,
     resourcePath: "/sim/",
     securityPolicies: [SecurityPolicy.None],
     securityModes: [MessageSecurityMode.None],
@@ -168,7 +173,13 @@ async function main() {
 
   const lines = readline.createInterface({ input: process.stdin });
   for await (const line of lines) {
-    const [, n, rate, chunk] = line.trim().split(/\s+/);
+    const [command, n, rate, chunk] = line.trim().split(/\s+/);
+    if (command === "reset") {
+      tid = Number(n);
+      write(tidNode, DataType.UInt32, tid, at);
+      process.stdout.write(`DONE ${JSON.stringify({ transitionId: tid })}\n`);
+      continue;
+    }
     const done = await burst(Number(n), Number(rate), Math.min(Number(chunk), RING));
     process.stdout.write(`DONE ${JSON.stringify(done)}\n`);
   }

@@ -5,7 +5,10 @@ devices/opcua_nodes.py for one controller (boot id 17, channel Trip, a ring of 8
 TransitionEventType event per transition). The real OPC UA source reads it with plain polled
 reads and with subscriptions plus reconcile; three transitions in one write (P6 with a ring:
 the ring supplies what the counter skipped) and three more one by one must all be recorded,
-nothing named missing. One node-opcua server per test (start-up 2-6 s). Skips with the reason
+nothing named missing. A server restart as a new boot (P11 with P2: the process killed and
+started again on the same endpoint) and a counter reset within a boot (P8/P17, the ``reset``
+stdin command) are recorded as against the simulator. One node-opcua server per test (start-up
+2-6 s; the restart test starts a second one after the first ended). Skips with the reason
 without Node.js or ``peers/node``.
 """
 
@@ -34,28 +37,42 @@ TRIP = f"{NAME}/Trip"
 
 
 class NodeServer:
-    def __init__(self, proc: asyncio.subprocess.Process, endpoint: str) -> None:
-        self.proc, self.endpoint = proc, endpoint
+    def __init__(self, proc: asyncio.subprocess.Process, endpoint: str, pki: Path) -> None:
+        self.proc, self.endpoint, self.pki = proc, endpoint, pki
 
-    async def burst(self, n: int, chunk: int) -> None:
-        """``n`` transitions, ``chunk`` per write of the nodes; returns when the server made them."""
+    async def command(self, line: str) -> None:
+        """One stdin command (``burst N RATE CHUNK`` or ``reset N``); returns when the server did it."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"burst {n} 0 {chunk}\n".encode())
+        self.proc.stdin.write(f"{line}\n".encode())
         await self.proc.stdin.drain()
         while not (await self.proc.stdout.readline()).startswith(b"DONE "):
             pass
 
+    async def burst(self, n: int, chunk: int) -> None:
+        """``n`` transitions, ``chunk`` per write of the nodes; returns when the server made them."""
+        await self.command(f"burst {n} 0 {chunk}")
 
-@pytest_asyncio.fixture
-async def node_server(tmp_path: Path) -> AsyncIterator[NodeServer]:
-    if (why := node_missing()) is not None:
-        pytest.skip(why)
+    async def stop(self) -> None:
+        self.proc.kill()
+        await self.proc.wait()
+
+    async def restart(self, boot_id: int) -> None:
+        """The process killed and started again on the same endpoint as boot ``boot_id`` (counters at 0)."""
+        await self.stop()
+        port = int(self.endpoint.rsplit(":", 1)[1].split("/")[0])
+        fresh = await start_node_server(self.pki, boot_id, port)
+        self.proc, self.endpoint = fresh.proc, fresh.endpoint
+
+
+async def start_node_server(pki: Path, boot_id: int = 17, port: int = 0) -> NodeServer:
     proc = await asyncio.create_subprocess_exec(
         "node",
         str(NODE_DIR / "opcua_server.js"),
         NAME,
         "8",
-        str(tmp_path / "pki"),
+        str(pki),
+        str(boot_id),
+        str(port),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -64,11 +81,25 @@ async def node_server(tmp_path: Path) -> AsyncIterator[NodeServer]:
     async with asyncio.timeout(60):
         while not (line := (await proc.stdout.readline()).decode()).startswith("READY "):
             assert line, "the node-opcua server ended before it was ready"
+    return NodeServer(proc, json.loads(line[6:])["endpoint"], pki)
+
+
+@pytest_asyncio.fixture
+async def node_server(tmp_path: Path) -> AsyncIterator[NodeServer]:
+    if (why := node_missing()) is not None:
+        pytest.skip(why)
+    server = await start_node_server(tmp_path / "pki")
     try:
-        yield NodeServer(proc, json.loads(line[6:])["endpoint"])
+        yield server
     finally:
-        proc.kill()
-        await proc.wait()
+        await server.stop()
+
+
+def load_devices(tmp_path: Path, entry: dict[str, Any]) -> Any:
+    doc = {"site": "plant-1", "gateway": "gw", "store": {"path": str(tmp_path / "s.db")}, "devices": [entry]}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return config.load(path).devices
 
 
 @pytest.mark.parametrize("subscribe", [False, True], ids=["polled reads", "subscription with reconcile"])
@@ -84,10 +115,7 @@ async def test_transitions_on_node_opcua_are_all_recorded_polled_or_subscribed(
     entry = device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), poll="100ms")
     if subscribe:
         entry["connections"][0]["opcua"]["reconcile"] = "1s"
-    doc = {"site": "plant-1", "gateway": "gw", "store": {"path": str(tmp_path / "s.db")}, "devices": [entry]}
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-    devices = config.load(path).devices
+    devices = load_devices(tmp_path, entry)
 
     async def recorded(n: int) -> bool:
         return len(await view.events()) >= n
@@ -104,3 +132,77 @@ async def test_transitions_on_node_opcua_are_all_recorded_polled_or_subscribed(
         assert await view.anomalies(gaps=True) == []
         assert await view.anomalies(gaps=False) == []
         assert [b["bootId"] for b in await view.boots()] == ["17"]
+
+
+async def test_a_node_opcua_server_restart_as_a_new_boot_is_observed_and_keys_the_new_transitions(
+    node_server: NodeServer, agent_for: Any, wait_until: Any, tmp_path: Path
+) -> None:
+    # P11 and P2 together: the subscribed agent reconnects by itself to the restarted process,
+    # records BootObserved (18, previous 17) naming the node, and keys what follows under 18.
+    ctrl = Controller(NAME, [ChannelSpec("Trip")], ring_capacity=8)
+    opcua = {"endpoint": node_server.endpoint, "security": {"policy": "None"}, "subscribe": True}
+    entry = device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), poll="100ms")
+    entry["connections"][0]["opcua"].update({"reconcile": "1s", "timeout": "1s"})
+    entry["backoff"] = {"initial": "100ms", "max": "500ms"}
+
+    async def has(*keys: tuple[str, str, str]) -> bool:
+        return set(keys) <= await view.keys()
+
+    async with agent_for(load_devices(tmp_path, entry)) as view:
+        await asyncio.sleep(1.0)  # the baseline read first
+        await node_server.burst(2, 1)
+        await wait_until(lambda: has((TRIP, "1", "17"), (TRIP, "2", "17")), timeout=30)
+        before = await view.events()
+        await node_server.restart(boot_id=18)
+        await asyncio.sleep(1.0)  # the agent reconnects and reads boot 18 before it changes
+        await node_server.burst(1, 1)
+        await wait_until(lambda: has((TRIP, "1", "18")), timeout=30)
+        assert await view.keys() == {(TRIP, "1", "17"), (TRIP, "2", "17"), (TRIP, "1", "18")}
+        boots = await view.boots()
+        assert [(b["bootId"], b["previous_bootId"]) for b in boots] == [("17", None), ("18", "17")]
+        assert boots[1]["evidence"]["node"].endswith(f";s={NAME}.BootId")
+        assert "server_start_time" in boots[1]["evidence"]
+        after = {(e["transitionId"], e["bootId"]): e["payload"] for e in await view.events()}
+        assert all(after[(e["transitionId"], e["bootId"])] == e["payload"] for e in before)  # not re-keyed
+        assert await view.anomalies(gaps=True) == []
+
+
+async def test_a_counter_reset_on_node_opcua_is_a_reset_anomaly_and_a_conflict(
+    node_server: NodeServer, agent_for: Any, wait_until: Any, tmp_path: Path
+) -> None:
+    # P8/P17 as tests/integration/test_counter_reset.py: T3 -> 0 -> T1 again (other state and
+    # source time) within boot 17: a `reset` anomaly, the store decides `conflict`, both kept.
+    ctrl = Controller(NAME, [ChannelSpec("Trip")])
+    opcua = {"endpoint": node_server.endpoint, "security": {"policy": "None"}}
+    entry = device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), poll="100ms")
+    entry.pop("ring", None)
+    entry.pop("events", None)
+
+    async with agent_for(load_devices(tmp_path, entry)) as view:
+
+        async def stored(tid: str) -> bool:
+            return (TRIP, tid, "17") in await view.keys()
+
+        async def booted() -> bool:
+            return bool(await view.boots())
+
+        async def reset_seen() -> bool:
+            return any(a["kind"] == "reset" for a in await view.anomalies(gaps=False))
+
+        async def conflicted() -> bool:
+            return any(a["decision"] == "conflict" for a in await view.arrivals())
+
+        await wait_until(booted, timeout=30)
+        for tid in ("1", "2", "3"):
+            await node_server.burst(1, 1)
+            await wait_until(lambda t=tid: stored(t), timeout=30)
+        first = next(e for e in await view.events() if e["transitionId"] == "1")
+        await node_server.command("reset 0")
+        await wait_until(reset_seen, timeout=30)
+        await node_server.burst(1, 1)  # T1 again, other state and source time
+        await wait_until(conflicted, timeout=30)
+        event = next(e for e in await view.events() if e["transitionId"] == "1")
+        anomalies = await view.anomalies(gaps=False)
+    assert (event["status"], event["conflict_count"]) == ("DuplicateConflict", 1)
+    assert event["payload"] == first["payload"]  # the canonical keeps the first content
+    assert [(a["kind"], a["from"], a["to"]) for a in anomalies] == [("reset", "3", "0")]
