@@ -7,10 +7,12 @@
 // `reset N` the channel's transition counter set to N (no ring entry, no event: a counter reset
 // within the boot, as devices/controller.py's set_counter), answered by `DONE {...}` too.
 // BOOT_ID (default 17) and PORT (default 0: a free one) let a test restart the server on the
-// same endpoint as a new boot; counters start at 0.
+// same endpoint as a new boot; counters start at 0. With CERT_PEM and KEY_PEM (the server's
+// certificate, application URI urn:edge-agent:sim:server as devices/pki.py makes it) the only
+// endpoint is Basic256Sha256 SignAndEncrypt; clients' certificates are accepted unseen.
 //
 //     npm install --prefix peers/node      (node-opcua-server, pinned in package.json)
-//     node peers/node/opcua_server.js NAME RING PKI_DIR [BOOT_ID [PORT]]
+//     node peers/node/opcua_server.js NAME RING PKI_DIR [BOOT_ID [PORT [CERT_PEM KEY_PEM]]]
 "use strict";
 const readline = require("readline");
 const { OPCUAServer } = require("node-opcua-server");
@@ -20,7 +22,7 @@ const { StatusCodes } = require("node-opcua-status-code");
 const { OPCUACertificateManager } = require("node-opcua-certificate-manager");
 
 const NAMESPACE = "urn:edge-agent:sim";
-const [name, ringText, pki, bootText, portText] = process.argv.slice(2);
+const [name, ringText, pki, bootText, portText, certPem, keyPem] = process.argv.slice(2);
 const RING = Number(ringText);
 const BOOT_ID = bootText === undefined ? 17 : Number(bootText);
 const PORT = portText === undefined ? 0 : Number(portText);
@@ -32,8 +34,15 @@ async function main() {
   const server = new OPCUAServer({
     port: PORT,
     resourcePath: "/sim/",
-    securityPolicies: [SecurityPolicy.None],
-    securityModes: [MessageSecurityMode.None],
+    ...(certPem
+      ? {
+          securityPolicies: [SecurityPolicy.Basic256Sha256],
+          securityModes: [MessageSecurityMode.SignAndEncrypt],
+          certificateFile: certPem,
+          privateKeyFile: keyPem,
+          serverInfo: { applicationUri: "urn:edge-agent:sim:server" },
+        }
+      : { securityPolicies: [SecurityPolicy.None], securityModes: [MessageSecurityMode.None] }),
     allowAnonymous: true,
     serverCertificateManager,
     maxConnectionsPerEndpoint: 10,

@@ -7,7 +7,8 @@ reads and with subscriptions plus reconcile; three transitions in one write (P6 
 the ring supplies what the counter skipped) and three more one by one must all be recorded,
 nothing named missing. A server restart as a new boot (P11 with P2: the process killed and
 started again on the same endpoint) and a counter reset within a boot (P8/P17, the ``reset``
-stdin command) are recorded as against the simulator. One node-opcua server per test (start-up
+stdin command) are recorded as against the simulator, and a server offering only
+Basic256Sha256 SignAndEncrypt delivers. One node-opcua server per test (start-up
 2-6 s; the restart test starts a second one after the first ended). Skips with the reason
 without Node.js or ``peers/node``.
 """
@@ -23,12 +24,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from agent.config import loader as config
 from devices.agent_config import device_config
 from devices.controller import ChannelSpec, Controller
 from devices.opcua_nodes import NodeLayout
 from devices.peers import NODE_DIR, node_missing
+from devices.pki import make_test_pki
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -64,7 +68,7 @@ class NodeServer:
         self.proc, self.endpoint = fresh.proc, fresh.endpoint
 
 
-async def start_node_server(pki: Path, boot_id: int = 17, port: int = 0) -> NodeServer:
+async def start_node_server(pki: Path, boot_id: int = 17, port: int = 0, *tls: str) -> NodeServer:
     proc = await asyncio.create_subprocess_exec(
         "node",
         str(NODE_DIR / "opcua_server.js"),
@@ -73,6 +77,7 @@ async def start_node_server(pki: Path, boot_id: int = 17, port: int = 0) -> Node
         str(pki),
         str(boot_id),
         str(port),
+        *tls,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -206,3 +211,44 @@ async def test_a_counter_reset_on_node_opcua_is_a_reset_anomaly_and_a_conflict(
     assert (event["status"], event["conflict_count"]) == ("DuplicateConflict", 1)
     assert event["payload"] == first["payload"]  # the canonical keeps the first content
     assert [(a["kind"], a["from"], a["to"]) for a in anomalies] == [("reset", "3", "0")]
+
+
+async def test_basic256sha256_sign_and_encrypt_against_node_opcua_delivers(
+    agent_for: Any, wait_until: Any, tmp_path: Path
+) -> None:
+    # The server offers only Basic256Sha256 SignAndEncrypt with devices/pki.py's server
+    # certificate, pinned by the agent; the agent's own certificate is accepted by node-opcua.
+    if (why := node_missing()) is not None:
+        pytest.skip(why)
+    pki = await make_test_pki(tmp_path / "certs")
+    cert_pem = tmp_path / "server_cert.pem"
+    cert = x509.load_der_x509_certificate(pki.server.certificate.read_bytes())
+    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    server = await start_node_server(tmp_path / "pki", 17, 0, str(cert_pem), str(pki.server.private_key))
+    try:
+        ctrl = Controller(NAME, [ChannelSpec("Trip")], ring_capacity=8)
+        security = {
+            "policy": "Basic256Sha256",
+            "mode": "SignAndEncrypt",
+            "certificate": str(pki.trusted_client.certificate),
+            "private_key": str(pki.trusted_client.private_key),
+            "server_certificate": str(pki.server.certificate),
+        }
+        opcua = {"endpoint": server.endpoint, "security": security}
+        entry = device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), poll="100ms")
+        async with agent_for(load_devices(tmp_path, entry)) as view:
+
+            async def booted() -> bool:
+                return bool(await view.boots())
+
+            await wait_until(booted, timeout=30)
+            await server.burst(2, 1)
+
+            async def both() -> bool:
+                return {(TRIP, "1", "17"), (TRIP, "2", "17")} <= await view.keys()
+
+            await wait_until(both, timeout=30)
+            assert await view.keys() == {(TRIP, "1", "17"), (TRIP, "2", "17")}
+            assert all(a["receiver"].startswith("opcua:") for a in await view.arrivals())
+    finally:
+        await server.stop()
