@@ -30,14 +30,14 @@ import struct
 import termios
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
 from pymodbus.exceptions import ModbusException
 
-from agent.config.sources import Channel, Device, Field, ModbusRtu, ModbusTcp
+from agent.config.sources import Channel, Device, ModbusRtu, ModbusTcp
 from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import ChannelRead, Observations, RingRead, Snapshot
 from agent.core.timestamps import format_timestamp
@@ -50,10 +50,11 @@ from agent.sources.modbus.answers import (
     channel_from_registers,
     response_problem,
 )
-from agent.sources.modbus.decode import DecodeError, decode
+from agent.sources.modbus.decode import DecodeError
+from agent.sources.modbus.field_reads import FieldReads, boot_value
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
 from agent.sources.modbus.ring import ring_blocks, ring_entries, ring_header
-from agent.sources.readings import BadValue, boot_number, channel_fields
+from agent.sources.readings import channel_fields
 
 log = logging.getLogger(__name__)
 NOTHING = Observations()  # what a poll that read exactly what the last one read adds
@@ -78,16 +79,6 @@ def _now() -> str:
 def _wake(tick: asyncio.Future[None]) -> None:
     if not tick.done():  # a sleep that was cancelled, or already woken by stop
         tick.set_result(None)
-
-
-@dataclass
-class FieldReads:
-    """The registers of the boot id and the channel fields as read, and what could not be read."""
-
-    got: dict[Block, list[int]] = field(default_factory=dict)
-    boot_error: str | None = None
-    channel_errors: dict[str, str] = field(default_factory=dict)
-    split: bool = False
 
 
 class ModbusSource:
@@ -301,10 +292,10 @@ class ModbusSource:
         return fields, again
 
     def _snapshot_of(self, fields: FieldReads, again: list[int] | None) -> Snapshot:
-        boot = self._boot_value(fields.got)
+        boot = boot_value(self.dev, fields.got)
         boots = [boot]
         if self.plan.boot is not None and (fields.split or self.plan.recheck_boot):
-            boots.append(self._boot_value({self.plan.boot: again}) if again is not None else None)
+            boots.append(boot_value(self.dev, {self.plan.boot: again}) if again is not None else None)
         self.errors.set("boot id", fields.boot_error)
         reads = tuple(
             self._channel(ch, fields.got, fields.channel_errors.get(ch.name)) for ch in self.dev.channels
@@ -367,21 +358,6 @@ class ModbusSource:
         if self.dev.boot_id is None:
             return {}
         return {"register": self.dev.boot_id.register, "table": self.dev.boot_id.table}
-
-    def _word_order(self, f: Field) -> str:
-        return f.word_order or self.dev.word_order
-
-    def _boot_value(self, got: Mapping[Block, Sequence[int]]) -> str | None:
-        f = self.dev.boot_id
-        if f is None:
-            return None
-        regs = take(got, f)
-        if regs is None:
-            return None
-        try:  # 0 or all ones = not set: no generation is made up
-            return boot_number(decode(regs, f.type, self._word_order(f)), bits=16 * f.words)
-        except (BadValue, DecodeError):
-            return None
 
     def _channel(self, ch: Channel, got: Mapping[Block, Sequence[int]], error: str | None) -> ChannelRead:
         read = channel_from_registers(ch, got, self.dev.word_order, error)
