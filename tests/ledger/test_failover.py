@@ -129,16 +129,7 @@ async def test_a_standby_first_dsn_finds_the_primary_and_a_standby_only_dsn_wait
     headers = {"Content-Type": "application/cloudevents-batch+json"}
     try:
         async with aiohttp.ClientSession() as session:
-            status = 0
-            for _ in range(100):
-                try:
-                    async with session.post(
-                        f"http://127.0.0.1:{http_port}/", data=body, headers=headers
-                    ) as r:
-                        status = r.status
-                        break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
+            status = await _post_when_listening(session, http_port, body)
             assert status == 503, "a standby cannot take the batch: nothing acknowledged"
             assert not ledger.done(), "the ledger waits, it does not exit"
             said = caplog.text
@@ -211,23 +202,15 @@ async def test_the_service_passes_require_sync_standby_on_and_a_server_without_s
     at all every batch is refused (HTTP 503), and the log says why."""
     caplog.set_level(logging.INFO)
     http_port = free_port()
-    config = LedgerConfig(ledger_dsn, None, None, HttpIntake("127.0.0.1", http_port), (), "t", require_sync_standby=True)
+    config = LedgerConfig(
+        ledger_dsn, None, None, HttpIntake("127.0.0.1", http_port), (), "t", require_sync_standby=True
+    )
     stop = asyncio.Event()
     ledger = asyncio.create_task(service.run(config, stop=stop))
     body = json.dumps([event(1, "gw", "rs")]).encode()
-    headers = {"Content-Type": "application/cloudevents-batch+json"}
     try:
         async with aiohttp.ClientSession() as session:
-            status = 0
-            for _ in range(100):
-                try:
-                    async with session.post(
-                        f"http://127.0.0.1:{http_port}/", data=body, headers=headers
-                    ) as r:
-                        status = r.status
-                        break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
+            status = await _post_when_listening(session, http_port, body)
         assert status == 503
         assert "acknowledgements withheld" in caplog.text and "standbys=none" in caplog.text
     finally:
@@ -273,3 +256,15 @@ async def test_a_commit_in_doubt_at_the_failover_runs_again_on_the_new_primary_w
     finally:
         await writer.close()
         await proxy.stop()
+
+
+async def _post_when_listening(session: aiohttp.ClientSession, port: int, body: bytes) -> int:
+    """POST a CloudEvents batch to the ledger's HTTP intake once it listens; its status (0: never)."""
+    headers = {"Content-Type": "application/cloudevents-batch+json"}
+    for _ in range(100):
+        try:
+            async with session.post(f"http://127.0.0.1:{port}/", data=body, headers=headers) as r:
+                return r.status
+        except aiohttp.ClientConnectionError:
+            await asyncio.sleep(0.05)
+    return 0
