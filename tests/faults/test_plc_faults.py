@@ -31,7 +31,12 @@ from devices.modbus_map import RegisterMap
 pytestmark = pytest.mark.timeout(120)
 
 REMOTE = "PLC-REMOTE"
-IDLE_CPU_SHARE = 0.15  # of one core, with the healthy device still polled every 100 ms
+# A retry loop without backoff takes a whole core. The share with one PLC frozen or dead is judged
+# against the share measured in the same run with both healthy (the machine's load scales both),
+# never against a fixed figure alone: a loaded CI machine once read 0.155 for an idle agent.
+IDLE_SHARE_OVER_HEALTHY = 2.0
+IDLE_SHARE_SLACK = 0.05  # of one core: timers and the one reconnect a second at backoff max
+SPIN_SHARE = 0.6  # of one core: above this the agent is busy, whatever the healthy share was
 
 
 class RemotePlc:
@@ -103,6 +108,7 @@ async def test_a_frozen_then_killed_plc_leaves_the_rest_running_idles_and_reconn
             load.made.add(await remote.transition())
             await load.transition("PLC-00", "Trip")
             await harness.eventually(lambda: load.made <= stored(), 10, "both devices recorded")
+            healthy_cpu = await cpu_share(agent, 3.0)
 
             remote.signal(signal.SIGSTOP)  # half-open: TCP up, no answers
             await agent.wait_for_log(f'Device "{REMOTE}"', 10)
@@ -131,8 +137,9 @@ async def test_a_frozen_then_killed_plc_leaves_the_rest_running_idles_and_reconn
             verdict = await harness.drain_and_check(agent, rx, db, load)
     finally:
         await remote.kill()
-    assert frozen_cpu < IDLE_CPU_SHARE and dead_cpu < IDLE_CPU_SHARE, (frozen_cpu, dead_cpu)
-    assert reconnect_s < 1.0 + 1.0, (
+    idle_limit = min(SPIN_SHARE, IDLE_SHARE_OVER_HEALTHY * healthy_cpu + IDLE_SHARE_SLACK)
+    assert frozen_cpu < idle_limit and dead_cpu < idle_limit, (frozen_cpu, dead_cpu, healthy_cpu)
+    assert reconnect_s < 1.0 + 1.5, (  # backoff max 1 s, and room for a loaded machine
         f"reconnected {reconnect_s:.1f}s after the PLC came back (backoff max 1 s)"
     )
     assert time.monotonic() - killed_at > 3.0
