@@ -36,7 +36,7 @@ import random
 import time
 import zlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent.core.errors import SourceUnavailable
 from agent.core.live import ConnectionLive
@@ -70,6 +70,7 @@ class StateLog:
     def __init__(self, logger: logging.Logger, label: str) -> None:
         self.logger, self.label = logger, label
         self.states: dict[str, str | None] = {}
+        self.changes = 0  # how many changes were logged: what reads `states` knows when to read again
 
     def set(self, what: str, state: str | None, level: int = logging.WARNING) -> bool:
         """``state`` None means "fine". Returns True when this was a change (and was logged)."""
@@ -79,6 +80,7 @@ class StateLog:
             if state is not None:
                 self.logger.debug("%s %s still: %s", self.label, what, state)
             return False
+        self.changes += 1
         if state is None:
             if before is not None:
                 self.logger.info("%s %s recovered", self.label, what)
@@ -103,6 +105,61 @@ def due_in_s(period: float, phase: float, now: float) -> float:
     return period - ((now - phase) % period)
 
 
+MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
+
+
+def _wake(tick: asyncio.Future[None]) -> None:
+    if not tick.done():  # a sleep that was cancelled, or already woken
+        tick.set_result(None)
+
+
+class Pacer:
+    """One connection's ticks: the future to await for the next one, done early when one of the
+    given events (that stay set once set: ``stop``, a lost link) is set.
+
+    One waiter per event lives as long as the event, not one per tick: each tick is one future
+    and one timer, as ``asyncio.sleep``. Call :meth:`drop` when the connection closes."""
+
+    def __init__(self) -> None:
+        self._tick: asyncio.Future[None] | None = None  # the last tick handed out
+        self._events: tuple[asyncio.Event, ...] = ()
+        self._waiters: list[asyncio.Future[Any]] = []
+
+    def tick(self, delay: float, *events: asyncio.Event) -> asyncio.Future[None] | None:
+        """A future done in `delay` seconds or when one of `events` is set; None when one is set.
+        A delay under a millisecond yields to the loop once (a timer would wait a whole one)."""
+        if events != self._events:
+            self.drop()
+            self._events = events
+            for e in events:
+                waiter = asyncio.ensure_future(e.wait())
+                waiter.add_done_callback(self._set)
+                self._waiters.append(waiter)
+        for e in events:
+            if e.is_set():
+                return None
+        loop = asyncio.get_running_loop()
+        tick = self._tick = loop.create_future()
+        # Left to fire when the tick was ended early: `_wake` finds it done.
+        if delay < MIN_SLEEP_S:
+            loop.call_soon(_wake, tick)
+        else:
+            loop.call_later(delay, _wake, tick)
+        return tick
+
+    def _set(self, waiter: asyncio.Future[Any]) -> None:
+        """An event was set: end the tick under way, if any (not for a waiter dropped)."""
+        if self._tick is not None and not waiter.cancelled():
+            _wake(self._tick)
+
+    def drop(self) -> None:
+        """Cancel the waiters (the connection closed; its events may never be set)."""
+        waiters, self._waiters, self._events = self._waiters, [], ()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.cancel()
+
+
 def _boot_of(obs: Observations) -> str | None:
     """The controller's current boot id as this poll showed it (None: unchanged or unknown)."""
     if obs.boots:
@@ -115,7 +172,10 @@ def _boot_of(obs: Observations) -> str | None:
 
 class _Link:
     """The state of one source's link as the loop sees it: logged once per change, counted for
-    the backoff, and reported to the live status when there is one."""
+    the backoff, and reported to the live status when there is one.
+
+    An answer while the link is up and the source's warnings have not changed writes only the
+    live state's poll time and count: the rest is written when something changed."""
 
     def __init__(self, source: Source, live: ConnectionLive | None) -> None:
         self.label = f'Device "{source.device}" ({source.receiver})'
@@ -123,27 +183,39 @@ class _Link:
         self.state = StateLog(log, self.label)
         self.live = live
         self.failures = 0
+        self.up = False  # answered since the last failure (the "link" state is fine and logged so)
+        errors = getattr(source, "errors", None)
+        self.errors = errors if isinstance(errors, StateLog) else None
+        self.errors_seen = -1  # the `errors.changes` the live problems were last taken at
 
     def answered(self, obs: Observations) -> None:
         # Up only once a read answered: a half-open peer accepts connects and then never
         # answers, and would otherwise flap between "recovered" and "unavailable".
-        self.state.set("link", None)
-        self.failures = 0
-        if self.live is not None:
-            self.live.polled(time.time(), _boot_of(obs))
-            self.live.problems = self.problems()
+        if not self.up:
+            self.state.set("link", None)
+            self.failures, self.up = 0, True
+        live = self.live
+        if live is not None:
+            live.polled(time.time(), _boot_of(obs) if obs.boots or obs.deliveries else None)
+            errors = self.errors
+            if errors is None:
+                if self.errors_seen:
+                    live.problems, self.errors_seen = {}, 0
+            elif errors.changes != self.errors_seen:
+                live.problems, self.errors_seen = self.problems(), errors.changes
         for note in obs.notes:
             log.info("%s: %s", self.label, note)
 
     def problems(self) -> dict[str, str]:
         """The source's current warnings (its ``errors`` StateLog, when it keeps one)."""
-        errors = getattr(self.source, "errors", None)
-        if not isinstance(errors, StateLog):
+        errors = self.errors
+        if errors is None:
             return {}
         return {what: state for what, state in errors.states.items() if state is not None}
 
     def failed(self, exc: SourceUnavailable) -> None:
         self.failures += 1
+        self.up = False
         self.state.set("link", f"unavailable: {exc}")
         if self.live is not None:
             self.live.failed(str(exc))

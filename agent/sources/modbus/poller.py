@@ -42,7 +42,7 @@ from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import ChannelRead, Observations, RingRead, Snapshot
 from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
-from agent.sources.base import StateLog, due_in_s, phase_s
+from agent.sources.base import Pacer, StateLog, due_in_s, phase_s
 from agent.sources.modbus.answers import (
     GATEWAY_CODES,
     BadResponse,
@@ -61,7 +61,6 @@ NOTHING = Observations()  # what a poll that read exactly what the last one read
 logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; we log what we catch
 
 SPLIT_FOR_S = 30.0
-MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
 TORN_RETRIES = 3
 # The client's read method of each table: the only requests this agent ever sends (function codes 1-4).
 _READ_OF = {
@@ -74,11 +73,6 @@ _READ_OF = {
 
 def _now() -> str:
     return format_timestamp(datetime.now(UTC))
-
-
-def _wake(tick: asyncio.Future[None]) -> None:
-    if not tick.done():  # a sleep that was cancelled, or already woken by stop
-        tick.set_result(None)
 
 
 class ModbusSource:
@@ -107,9 +101,7 @@ class ModbusSource:
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver} unit {conn.unit})')
         self.polls = 0
         self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
-        self._stop_waiter: asyncio.Future[Any] | None = None
-        self._stop_of: asyncio.Event | None = None
-        self._tick: asyncio.Future[None] | None = None  # the sleep to the next tick, while it lasts
+        self.pacer = Pacer()
         # The registers of the last poll on this connection after which the tracker was settled.
         self._same: list[list[int] | None] | None = None
         # The plan's one request, when one request holds the boot id and every field (no boot id
@@ -160,7 +152,7 @@ class ModbusSource:
 
     async def close(self) -> None:
         self._same = None
-        self._drop_stop_waiter()
+        self.pacer.drop()
         client, self.client = self.client, None
         if client is not None:
             try:
@@ -169,48 +161,30 @@ class ModbusSource:
                 log.debug("closing %s: %s", self.receiver, exc)
 
     async def wait(self, stop: asyncio.Event) -> None:
-        """Sleep to this connection's next tick (its phase over the poll interval), or until stop.
-
-        One waiter for `stop` lives as long as the connection and wakes the sleep it finds; each
-        wait is one future and one timer, as `asyncio.sleep` (no task per poll)."""
-        if self._stop_waiter is None or self._stop_of is not stop:
-            self._drop_stop_waiter()
-            self._stop_of = stop
-            self._stop_waiter = asyncio.ensure_future(stop.wait())
-            self._stop_waiter.add_done_callback(self._stopped)
-        if stop.is_set():
-            return
-        delay = due_in_s(self.dev.poll, self.phase, time.monotonic())
-        if delay < MIN_SLEEP_S:
-            await asyncio.sleep(0)  # a timer this short would still sleep a whole millisecond
-            return
-        loop = asyncio.get_running_loop()
-        tick = self._tick = loop.create_future()
-        loop.call_later(delay, _wake, tick)
-        try:
+        """Sleep to this connection's next tick (its phase over the poll interval), or until stop:
+        one future and one timer, as `asyncio.sleep` (:class:`agent.sources.base.Pacer`)."""
+        tick = self.pacer.tick(due_in_s(self.dev.poll, self.phase, time.monotonic()), stop)
+        if tick is not None:
             await tick
-        finally:
-            self._tick = None
-
-    def _stopped(self, _waiter: asyncio.Future[Any]) -> None:
-        """`stop` was set (or its waiter dropped): end the sleep under way, if any."""
-        if self._tick is not None:
-            _wake(self._tick)
-
-    def _drop_stop_waiter(self) -> None:
-        waiter, self._stop_waiter, self._stop_of = self._stop_waiter, None, None
-        if waiter is not None and not waiter.done():
-            waiter.cancel()
 
     async def poll(self) -> Observations:
         """Read and observe once. Registers equal to those of the last poll on this connection,
         after which the tracker was settled, cannot hold anything new: nothing is decoded then."""
         self.polls += 1
         ahead: FieldReads | None = None
-        if self._one is not None and self._same is not None and time.monotonic() >= self.split_until:
-            ahead = await self._read_one(self._one, self._same[0])
-            if ahead is None:
-                return NOTHING
+        one, same = self._one, self._same
+        if one is not None and same is not None and time.monotonic() >= self.split_until:
+            # `_read_fields` for a plan of one request, in one step (the "read" state is fine
+            # when `same` is kept: it is kept only after such a read).
+            try:
+                regs = await self.read_block(one)
+            except ExceptionResponse as exc:
+                ahead = await self._refused({one: str(exc)})
+            else:
+                if regs == same[0]:
+                    return NOTHING
+                self.errors.set("read", None)
+                ahead = FieldReads({one: regs})
         for _ in range(TORN_RETRIES):
             if ahead is not None:
                 fields, again, ahead = ahead, None, None
@@ -320,18 +294,6 @@ class ModbusSource:
                 return FieldReads(got)
             return await self._refused(failed)
         return await self._read_split()
-
-    async def _read_one(self, block: Block, last: list[int] | None) -> FieldReads | None:
-        """`_read_fields` for a plan of one request, in one step: None when the registers equal
-        `last` (the "read" state is fine then already: `last` is kept only after such a read)."""
-        try:
-            regs = await self.read_block(block)
-        except ExceptionResponse as exc:
-            return await self._refused({block: str(exc)})
-        if regs == last:
-            return None
-        self.errors.set("read", None)
-        return FieldReads({block: regs})
 
     async def _refused(self, failed: dict[Block, str]) -> FieldReads:
         """After an exception response to the plan: channel by channel for a while."""

@@ -36,7 +36,7 @@ from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, RingItem, Snapshot
 from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
-from agent.sources.base import StateLog, due_in_s, phase_s
+from agent.sources.base import Pacer, StateLog, due_in_s, phase_s
 from agent.sources.opcua.alarms import AlarmLink, ua
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
@@ -51,6 +51,7 @@ from agent.sources.opcua.session import (
 from agent.sources.readings import merge
 
 log = logging.getLogger(__name__)
+NOTHING = Observations()  # what a poll that read exactly what the last one read adds
 logging.getLogger("asyncua").setLevel(logging.CRITICAL)  # it logs tracebacks once per second while down
 
 
@@ -91,6 +92,11 @@ class OpcUaSource:
         self.alarm_memory = alarm_memory  # read once, before the first connect
         self.alarm_pending = Observations()
         self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
+        self.pacer = Pacer()
+        # What the last read on this session answered (`_answered`), kept when the tracker was
+        # settled after observing it; the nodes whose source timestamp a snapshot uses.
+        self._same: list[Any] | None = None
+        self._stamped: list[int] = []
         if conn.security.insecure:  # built once at start-up: the warning is said once per start
             log.warning(
                 'Device "%s" (%s): OPC UA security policy None (configured explicitly): the traffic is '
@@ -106,6 +112,7 @@ class OpcUaSource:
         timeout = self.conn.timeout * 3
         self.lost = asyncio.Event()
         self.pending = None  # a read of the last session is not judged in this one
+        self._same = None
         client = self.client = new_client(self.conn, self.lost)
         with link_errors("refused", "cannot connect", "an answer", self.conn.max_message_size):
             async with asyncio.timeout(timeout):
@@ -119,6 +126,8 @@ class OpcUaSource:
         await client.connect()
         idx = await namespace_index(client, self.dev.namespace) if self.dev.namespace else None
         self.keys, self.nodes = resolve_nodes(client, self.dev, idx)
+        stamped = {f"{ch.name}.state" for ch in self.dev.channels if ch.time_from_state}
+        self._stamped = [i for i, key in enumerate(self.keys) if key in stamped]
         if self.conn.subscribe:
             await self._subscribe(client, idx)
         if self.dev.alarms is not None:
@@ -191,6 +200,8 @@ class OpcUaSource:
     async def close(self) -> None:
         client, self.client = self.client, None
         self.alarm_link = None
+        self._same = None
+        self.pacer.drop()
         if client is not None:
             with contextlib.suppress(Exception):  # the peer may be gone; closing must not fail the loop
                 async with asyncio.timeout(2):
@@ -200,6 +211,14 @@ class OpcUaSource:
         """Until the next poll is due (interval, or a notification / the reconcile timer), stop or loss."""
         if self.lost.is_set():
             raise SourceUnavailable("connection lost")
+        if not self.conn.subscribe and self.alarm_link is None:
+            # Plain reads: the poll interval, stop or loss; one future and one timer per tick.
+            tick = self.pacer.tick(self._next_due(), stop, self.lost)
+            if tick is not None:
+                await tick
+            if self.lost.is_set() and not stop.is_set():
+                raise SourceUnavailable("connection lost")
+            return
         events = [stop, self.lost]
         if self.conn.subscribe:  # plain reads: only the poll interval, stop or loss end the wait
             events.append(self.handler.trigger)
@@ -236,24 +255,43 @@ class OpcUaSource:
         """
         self.polls += 1
         alarms = await self._alarm_poll()
-        read_at = self.clock()
-        items = self._event_items(self.handler.take_events())
+        taken = self.handler.take_events()
+        # The time of the events: only a subscription brings events (plain reads ask no clock).
+        read_at = self.clock() if taken or self.conn.subscribe else ""
+        items = self._event_items(taken)
+        answered: list[Any] | None = None
         if self.pending is not None and any(i.boot_id != self.pending[0].boot_id for i in items):
             self.pending = None  # a restart in the events: a new read, judged in the same batch
         if self.pending is None:
             if self.conn.subscribe:
                 self.next_reconcile = time.monotonic() + self.conn.reconcile
-            snap = await self.snapshot()
+            data_values = await self._read_nodes()
+            answered = self._answered(data_values)
             items += self._event_items(self.handler.drain())  # what came during the read
+            if answered == self._same and not items and not (alarms or alarms.notes):
+                return NOTHING  # the values of the last read after which the tracker was settled
+            snap = self._snapshot_of(data_values)
             due = time.monotonic() + self.conn.publishing + self.conn.timeout
         else:
             (snap, due), self.pending = self.pending, None
+        self._same = None
         events = self.tracker.observe_entries(items, read_at=read_at, receiver=self.receiver)
         waits = self.conn.subscribe and self.dev.events is not None
         if waits and time.monotonic() < due and self._behind(snap):
             self.pending = (snap, due)
             return merge(alarms, events)
-        return merge(alarms, events, self.tracker.observe(snap))
+        seen = self.tracker.observe(snap)
+        if answered is not None and self.tracker.settled(snap):
+            self._same = answered
+        return merge(alarms, events, seen) if items or alarms or alarms.notes else seen
+
+    def _answered(self, data_values: list[Any]) -> list[Any]:
+        """What a snapshot is made of, comparable with the last read's: each node's status code,
+        variant type and value, and the source timestamps a snapshot uses."""
+        out: list[Any] = [(dv.StatusCode.value, dv.Value.VariantType, dv.Value.Value) for dv in data_values]
+        for i in self._stamped:
+            out.append(data_values[i].SourceTimestamp)
+        return out
 
     def _event_items(self, events: list[Any]) -> list[RingItem]:
         items = [e for e in (event_item(self.dev, ev, self.errors) for ev in events) if e is not None]
@@ -285,7 +323,9 @@ class OpcUaSource:
 
     async def snapshot(self) -> Snapshot:
         """One Read of every node: boot evidence, channels and ring as one consistent snapshot."""
-        data_values = await self._read_nodes()
+        return self._snapshot_of(await self._read_nodes())
+
+    def _snapshot_of(self, data_values: list[Any]) -> Snapshot:
         read_at = self.clock()
         read = sort_values(self.dev, self.keys, data_values)
         boot, boot_error = boot_of(self.dev, read, self.errors)
