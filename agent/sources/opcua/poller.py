@@ -5,7 +5,11 @@ boot evidence, subscribe, reconcile, wait, close). It must not write node values
 
 Every poll is one ``read_attributes`` call with every node of the device (boot id, channel
 fields, ring head and arrays, and ``ServerStatus/StartTime`` as restart evidence), so one
-snapshot is consistent and the Bad status of one node fails only that field.
+snapshot is consistent and the Bad status of one node fails only that field. A read that
+answers exactly what the last read on the same session answered (each node's status code,
+variant type and value, and the source timestamps a snapshot uses) adds nothing when the
+tracker said it was settled after that read: no snapshot is built then. A new session, an
+event, an alarm or any changed value gives a full snapshot and observation.
 
 With ``subscribe: true`` a data-change subscription on the boot id and the transition
 counters (and, with ``events`` mapped, an event subscription) only *triggers* that read: it
