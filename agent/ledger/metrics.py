@@ -117,7 +117,7 @@ class _FailoverCollector:
 
 _FAILOVER_HELP = {
     "edge_ledger_sync_standby_ok": "1 while the last check saw a synchronous standby streaming",
-    "edge_ledger_acknowledgements_withheld_total": "Batches refused (require_sync_standby) for want of a"
+    "edge_ledger_sync_standby_refusals_total": "Batches refused (require_sync_standby) for want of a"
     " synchronous standby",
     "edge_ledger_database_outages_total": "Times the database became unavailable to the writer",
     "edge_ledger_batches_rerun_total": "Batches run again after an unknown or failed outcome",
