@@ -13,11 +13,11 @@ from agent.ledger.web.common import (
     POOL,
     as_json,
     export,
-    export_format,
     html_response,
     int_param,
-    limit_of,
+    listing,
     plain,
+    shown,
     text_param,
 )
 from agent.ledger.web.forms import mark_form
@@ -103,20 +103,17 @@ def _marks(ms: list[dict[str, Any]]) -> list[Markup]:
 def _more(path: str, f: dict[str, Any], rows: list[dict[str, Any]], limit: int) -> Markup | None:
     if len(rows) < limit or not rows:
         return None
-    shown = {k: v for k, v in f.items() if k != "before" and v}
-    return tag("p", link(url(path, {**shown, "before": rows[-1]["arrival_id"]}), "older"), class_="more")
+    return tag("p", link(url(path, {**shown(f), "before": rows[-1]["arrival_id"]}), "older"), class_="more")
 
 
 async def conflicts(request: web.Request) -> web.StreamResponse:
     f = _filters(request)
-    limit = limit_of(request)
-    fmt = export_format(request)
+    limit, fmt = listing(request)
     async with request.app[POOL].reading() as conn:
         rows = await queries.fetch(conn, queries.conflicts_sql(f), {**f, "limit": limit})
         marks = await review.marks_of(conn, [r["arrival_id"] for r in rows])
-    if fmt in ("csv", "json"):
+    if fmt:
         return export([{**r, "marks": marks.get(r["arrival_id"], [])} for r in rows], fmt, "conflicts")
-    shown = {k: v for k, v in f.items() if k != "before" and v}
     parts: list[Any] = [
         filter_form(
             "/conflicts",
@@ -141,20 +138,18 @@ async def conflicts(request: web.Request) -> web.StreamResponse:
             *_marks(marks.get(r["arrival_id"], [])),
             mark_form(request, r["arrival_id"]),
         ]
-    parts += [_more("/conflicts", f, rows, limit), exports("/conflicts", shown)]
+    parts += [_more("/conflicts", f, rows, limit), exports("/conflicts", shown(f))]
     return html_response(page("Conflicts", *parts, active="/conflicts"))
 
 
 async def pending(request: web.Request) -> web.StreamResponse:
     f = _filters(request)
-    limit = limit_of(request)
-    fmt = export_format(request)
+    limit, fmt = listing(request)
     async with request.app[POOL].reading() as conn:
         rows = await queries.fetch(conn, queries.pending_sql(f), {**f, "limit": limit})
         marks = await review.marks_of(conn, [r["arrival_id"] for r in rows])
-    if fmt in ("csv", "json"):
+    if fmt:
         return export([{**r, "marks": marks.get(r["arrival_id"], [])} for r in rows], fmt, "pending")
-    shown = {k: v for k, v in f.items() if k != "before" and v}
     parts: list[Any] = [
         tag(
             "p",
@@ -197,5 +192,5 @@ async def pending(request: web.Request) -> web.StreamResponse:
             *_marks(marks.get(r["arrival_id"], [])),
             mark_form(request, r["arrival_id"]),
         ]
-    parts += [_more("/pending", f, rows, limit), exports("/pending", shown)]
+    parts += [_more("/pending", f, rows, limit), exports("/pending", shown(f))]
     return html_response(page("Pending", *parts, active="/pending"))
