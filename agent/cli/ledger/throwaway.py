@@ -20,7 +20,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Protocol, TypeVar
 
+R_co = TypeVar("R_co", covariant=True)
 PG_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGSERVICE", "PGUSER")
 INSTALL_POSTGRES = (
     "no PostgreSQL is configured (--dsn, EDGE_LEDGER_DSN or PGHOST/PGDATABASE...) and the PostgreSQL "
@@ -105,8 +107,19 @@ def initdb(user: str | None, bindir: Path, data: Path) -> subprocess.CompletedPr
     )
 
 
+class OwnPart(Protocol[R_co]):
+    """A part the demo starts of its own: on a free loopback `port`, `start()` (Unavailable when
+    it does not), `stop()` stops it and removes its directory."""
+
+    port: int
+
+    def start(self) -> R_co: ...
+
+    def stop(self) -> None: ...
+
+
 class ThrowawayPostgres:
-    """initdb + pg_ctl in a temporary directory; `dsn` once started; `destroy` removes it all."""
+    """initdb + pg_ctl in a temporary directory; `start` gives its DSN; `stop` removes it all."""
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
@@ -132,7 +145,7 @@ class ThrowawayPostgres:
             raise Unavailable(f"the throwaway PostgreSQL did not start: {started.stderr.strip()[-500:]}")
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
-    def destroy(self) -> None:
+    def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
 
