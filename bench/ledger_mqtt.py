@@ -184,7 +184,7 @@ def command(side: str, dsn: str, port: int, ident: str, work: Path) -> list[str]
 
 def one_run(
     broker: Broker, cluster: pgcluster.Cluster, side: str, msgs: list[tuple[str, bytes]], work: Path
-) -> tuple[tuple[float, float, float], list[tuple[str, str | None]]]:
+) -> tuple[tuple[float, float, float], list[tuple[str, str, str | None]]]:
     """((messages/s, client CPU s, server CPU s), each arrival's (raw, decision, canonical id) as text)."""
     n = len(msgs)
     dsn = fresh_db(cluster)
@@ -232,7 +232,9 @@ def one_run(
     return (n / wall, cpu, server), [(r[0], r[1], r[2]) for r in rows]
 
 
-def decisions(msgs: list[tuple[str, bytes]], rows: list[tuple[str, str | None]]) -> list[tuple[Any, ...]]:
+def decisions(
+    msgs: list[tuple[str, bytes]], rows: list[tuple[str, str, str | None]]
+) -> list[tuple[Any, ...]]:
     """(message, decision, the message that inserted the event it names) of every message, in order."""
     index = {body.decode(): i for i, (_, body) in enumerate(msgs)}
     by_msg = sorted((index[raw], decision, cid) for raw, decision, cid in rows)
