@@ -5,7 +5,7 @@
 The MQTT counterpart of bench/ledger_lean.py (its SQL: the same stage, `INSERT ... SELECT
 DISTINCT ON ... ON CONFLICT DO NOTHING RETURNING`, winners read, arrivals COPYed into
 `lean_arrival`), subscribed as the ledger's intake is: MQTT 5, `clean_start` off with a session
-expiry, Receive Maximum 1,000, a shared subscription at QoS 1, manual PUBACK sent only after the
+expiry, Receive Maximum 2,000 (two batches), a shared subscription at QoS 1, manual PUBACK sent only after the
 batch's COMMIT. A batch is the first message and what else comes within 50 ms, up to 1,000
 messages; one transaction per batch (fsync and synchronous commit are the server's, on).
 
@@ -156,7 +156,7 @@ async def arbitrate(cur: psycopg.AsyncCursor[Any], bodies: list[bytes]) -> None:
 def client(port: int, ident: str) -> aiomqtt.Client:
     props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = 7 * 86400
-    props.ReceiveMaximum = BATCH
+    props.ReceiveMaximum = 2 * BATCH  # as the ledger: the next batch arrives while one commits
     c = aiomqtt.Client(
         "127.0.0.1",
         port,

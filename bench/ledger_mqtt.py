@@ -22,8 +22,10 @@ order, `4.0` for `4`, `time` with another offset, the event's attributes in anot
 another `gateway`), each made a CloudEvent as a gateway writes one (`source` `plant/<device>/
 <channel>`, `id` `<bootid>:<transitionid>`, its own `arrivalat`).
 
-Figures per share: messages/s of each, their ratio, each process's CPU (user + system, start-up
-included) and the server's CPU during the run per message, the load average before and after.
+Figures per share: messages/s of each and their ratio; each process's CPU (user + system, start-up
+included) and the server's CPU during the run per message, and the CPU ratio (the lean's CPU per
+message over the ledger's: the figure to trust on a loaded machine); the drain rate (first COMMIT
+to last, start-up left out, as a ledger that runs on sees it); the load average before and after.
 After the timed rounds every message's decision, and which message's event it names, are
 compared between the two sides (the bench exits non-zero when they differ).
 
@@ -184,8 +186,9 @@ def command(side: str, dsn: str, port: int, ident: str, work: Path) -> list[str]
 
 def one_run(
     broker: Broker, cluster: pgcluster.Cluster, side: str, msgs: list[tuple[str, bytes]], work: Path
-) -> tuple[tuple[float, float, float], list[tuple[str, str, str | None]]]:
-    """((messages/s, client CPU s, server CPU s), each arrival's (raw, decision, canonical id) as text)."""
+) -> tuple[tuple[float, float, float, float], list[tuple[str, str, str | None]]]:
+    """((messages/s, client CPU s, server CPU s, drain messages/s), each arrival's (raw, decision,
+    canonical id) as text)."""
     n = len(msgs)
     dsn = fresh_db(cluster)
     ident = f"{side}-{uuid.uuid4().hex[:8]}"
@@ -211,7 +214,9 @@ def one_run(
                     raise SystemExit(f"{side}: {got} of {n} arrivals; exit {proc.poll()}:\n{err[-3000:]}")
                 time.sleep(POLL_S)
             last = watch.execute(
-                f"SELECT extract(epoch FROM max(pg_xact_commit_timestamp(xmin))) FROM {table}".encode()
+                f"WITH c AS (SELECT pg_xact_commit_timestamp(xmin) AS ts FROM {table})"
+                " SELECT extract(epoch FROM max(ts)), extract(epoch FROM min(ts)),"
+                " count(*) FILTER (WHERE ts = (SELECT min(ts) FROM c)) FROM c".encode()
             ).fetchone()
             server = server_cpu_s(postmaster) - before
             proc.send_signal(signal.SIGTERM)
@@ -223,13 +228,16 @@ def one_run(
             cpu = usage.ru_utime + usage.ru_stime
             assert last is not None and last[0] is not None
             wall = float(last[0]) - t0
+            # The drain: from the first batch's COMMIT to the last (no start-up, as a ledger that runs
+            # on); 0 when a single batch took every message
+            drain = (n - int(last[2])) / max(float(last[0]) - float(last[1]), 1e-3)
             rows = watch.execute(
                 f"SELECT convert_from(raw, 'UTF8'), decision, canonical_id::text FROM {table}".encode()
             ).fetchall()
     finally:
         drop_db(cluster, dsn)
         asyncio.run(drop_session(broker.port, ident))  # the broker keeps no queue for it
-    return (n / wall, cpu, server), [(r[0], r[1], r[2]) for r in rows]
+    return (n / wall, cpu, server, drain), [(r[0], r[1], r[2]) for r in rows]
 
 
 def decisions(
@@ -263,7 +271,7 @@ def main() -> None:
     cluster.options = "-c track_commit_timestamp=on"
     cluster.start()
     sides = ["ledger", "lean"]
-    got: dict[str, list[tuple[float, float, float]]] = {}
+    got: dict[str, list[tuple[float, float, float, float]]] = {}
     checked: dict[str, dict[str, int]] = {}
     try:
         make_template(cluster)
@@ -296,9 +304,22 @@ def main() -> None:
             out[f"{side}_dup{dup}_client_cpu_us"] = round(statistics.median(r[1] for r in runs) / n * 1e6, 1)
             out[f"{side}_dup{dup}_server_cpu_us"] = round(statistics.median(r[2] for r in runs) / n * 1e6, 1)
             out[f"{side}_dup{dup}_rounds"] = [round(r[0]) for r in runs]
+            out[f"{side}_dup{dup}_drain_msgs_per_s"] = round(statistics.median(r[3] for r in runs))
         out[f"ledger_vs_lean_dup{dup}"] = round(
             out[f"ledger_dup{dup}_msgs_per_s"] / out[f"lean_dup{dup}_msgs_per_s"], 3
         )
+        # The same comparison per CPU second: the lean's client CPU per message over the ledger's
+        # (>= 0.7: the ledger spends at most 1/0.7 of the lean's CPU on a message), and with the
+        # server's CPU added; the drain rates' ratio leaves the processes' start-up out.
+        lean_cpu, ledger_cpu = out[f"lean_dup{dup}_client_cpu_us"], out[f"ledger_dup{dup}_client_cpu_us"]
+        out[f"cpu_lean_vs_ledger_dup{dup}"] = round(lean_cpu / ledger_cpu, 3)
+        out[f"cpu_with_server_lean_vs_ledger_dup{dup}"] = round(
+            (lean_cpu + out[f"lean_dup{dup}_server_cpu_us"])
+            / (ledger_cpu + out[f"ledger_dup{dup}_server_cpu_us"]),
+            3,
+        )
+        drains = out[f"ledger_dup{dup}_drain_msgs_per_s"], out[f"lean_dup{dup}_drain_msgs_per_s"]
+        out[f"drain_ledger_vs_lean_dup{dup}"] = round(drains[0] / drains[1], 3) if all(drains) else None
     out["decisions_checked"] = checked
     out["loadavg_before"] = load_before
     out["loadavg_after"] = loadavg()
