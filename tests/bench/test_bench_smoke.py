@@ -273,6 +273,9 @@ def test_ledger_mqtt_quick_compares_the_intake_with_a_lean_arbiter_subscribed_al
             got[f"ledger_vs_lean_dup{dup}"],
         )
         assert got[f"ledger_dup{dup}_client_cpu_us"] > 0 and got[f"lean_dup{dup}_client_cpu_us"] > 0
+        assert got[f"cpu_lean_vs_ledger_dup{dup}"] == pytest.approx(
+            got[f"lean_dup{dup}_client_cpu_us"] / got[f"ledger_dup{dup}_client_cpu_us"], rel=0.02
+        )
     # Both sides decided every message alike (the bench exits non-zero otherwise); re-deliveries
     # written by a second gateway (keys reordered, 4.0 for 4, another offset) are duplicates.
     assert got["decisions_checked"] == {
