@@ -191,6 +191,66 @@ def minimal_importer(db: str, file: str) -> None:
     con.close()
 
 
+def parse_line(n: int, raw: bytes, now: str, *, raw_evidence: bool = False) -> tuple[Any, ...]:
+    """(line, key or None, source_ts, arrival_at, payload text, hash, evidence, reason) of one line, read
+    as a user's import must (contract section 1). The evidence is the line's text, or its bytes
+    (refused lines always, every line with `raw_evidence`)."""
+    try:
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise Refused("not UTF-8") from None
+        _Line.floats = False
+        try:
+            obj = _loads(text)
+        except ValueError as exc:
+            raise Refused(f"not JSON: {exc}") from None
+        if type(obj) is not dict:
+            raise Refused("not a JSON object")
+        payload = obj.get("payload", {})
+        if type(payload) is not dict:
+            raise Refused("payload must be a JSON object")
+        src, tid, boot = _id(obj, "source"), _id(obj, "transitionId"), _id(obj, "bootId")
+        ts = normal_ts(obj.get("sourceTimestamp"), "sourceTimestamp")
+        at = normal_ts(obj.get("arrivalAt"), "arrivalAt") or now
+        # json.dumps with sorted keys is RFC 8785 for text, integers, true/false/null and ASCII
+        # keys; floats and non-ASCII (maybe escaped) text take the full path.
+        slow = _Line.floats or not text.isascii() or "\\u" in text
+        body = _jcs(payload) if slow else _dumps(payload)
+        hashed = f'{{"payload":{body},"sourceTimestamp":{"null" if ts is None else chr(34) + ts + chr(34)}}}'
+        try:
+            h = hashlib.sha256(hashed.encode()).hexdigest()
+            if "\\u" in text:  # an escaped lone surrogate is not Unicode text (ids included)
+                "".join(x or "" for x in (src, tid, boot)).encode()
+        except UnicodeEncodeError:
+            raise Refused("holds a lone UTF-16 surrogate") from None
+    except Refused as exc:
+        return (n, None, None, now, "", None, raw, str(exc))
+    evidence = raw if raw_evidence else text
+    if src and tid and boot:
+        return (n, (src, tid, boot), ts, at, body, h, evidence, None)
+    missing = "source" if not src else "transitionId" if not tid else "bootId"
+    return (n, None, ts, at, body, h, evidence, f"missing {missing}; no identity is made up")
+
+
+def keyless_result(n: int, h: str | None, reason: str) -> tuple[str, str]:
+    """A line without a complete key: its decision (`rejected` when it did not parse, else
+    `identity_incomplete`) and its result line."""
+    decision = "rejected" if h is None else "identity_incomplete"
+    return decision, (
+        f'{{"line": {n}, "decision": "{decision}", "canonical_id": null, "duplicate_of": null,'
+        f' "reason": {json.dumps(reason)}, "flags": []}}\n'
+    )
+
+
+def keyed_result(n: int, decision: str, cid: int, dup: str) -> str:
+    """The result line of a decided delivery (`dup`: the canonical id as text, or null)."""
+    return (
+        f'{{"line": {n}, "decision": "{decision}", "canonical_id": {cid}, "duplicate_of": {dup},'
+        ' "reason": null, "flags": []}\n'
+    )
+
+
 def _minimal_batch(
     con: sqlite3.Connection,
     batch: list[tuple[int, bytes]],
@@ -201,48 +261,7 @@ def _minimal_batch(
 ) -> None:
     now = datetime.datetime.now(datetime.UTC)
     now_text = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
-    # (line, key or None, source_ts, arrival_at, payload text, hash, raw, reason)
-    parsed: list[tuple[Any, ...]] = []
-    for n, raw in batch:
-        try:
-            try:
-                text = raw.decode()
-            except UnicodeDecodeError:
-                raise Refused("not UTF-8") from None
-            _Line.floats = False
-            try:
-                obj = _loads(text)
-            except ValueError as exc:
-                raise Refused(f"not JSON: {exc}") from None
-            if type(obj) is not dict:
-                raise Refused("not a JSON object")
-            payload = obj.get("payload", {})
-            if type(payload) is not dict:
-                raise Refused("payload must be a JSON object")
-            src, tid, boot = _id(obj, "source"), _id(obj, "transitionId"), _id(obj, "bootId")
-            ts = normal_ts(obj.get("sourceTimestamp"), "sourceTimestamp")
-            at = normal_ts(obj.get("arrivalAt"), "arrivalAt") or now_text
-            # json.dumps with sorted keys is RFC 8785 for text, integers, true/false/null and ASCII
-            # keys; floats and non-ASCII (maybe escaped) text take the full path.
-            slow = _Line.floats or not text.isascii() or "\\u" in text
-            body = _jcs(payload) if slow else _dumps(payload)
-            hashed = (
-                f'{{"payload":{body},"sourceTimestamp":{"null" if ts is None else chr(34) + ts + chr(34)}}}'
-            )
-            try:
-                h = hashlib.sha256(hashed.encode()).hexdigest()
-                if "\\u" in text:  # an escaped lone surrogate is not Unicode text (ids included)
-                    "".join(x or "" for x in (src, tid, boot)).encode()
-            except UnicodeEncodeError:
-                raise Refused("holds a lone UTF-16 surrogate") from None
-        except Refused as exc:
-            parsed.append((n, None, None, now_text, "", None, raw, str(exc)))
-            continue
-        if src and tid and boot:
-            parsed.append((n, (src, tid, boot), ts, at, body, h, text, None))
-        else:
-            missing = "source" if not src else "transitionId" if not tid else "bootId"
-            parsed.append((n, None, ts, at, body, h, text, f"missing {missing}; no identity is made up"))
+    parsed = [parse_line(n, raw, now_text) for n, raw in batch]
     con.execute("BEGIN IMMEDIATE")
     keys = list({p[1] for p in parsed if p[1] is not None})
     known: dict[tuple[str, str, str], tuple[int, str]] = {}
@@ -262,12 +281,9 @@ def _minimal_batch(
     aid = state["arrival"]
     for n, key, ts, at, body, h, text, reason in parsed:
         if key is None:
-            decision = "rejected" if h is None else "identity_incomplete"
+            decision, result = keyless_result(n, h, reason)
             arrivals.append((aid, n, None, None, None, ts, at, receiver, h, decision, None, reason, text))
-            results.append(
-                f'{{"line": {n}, "decision": "{decision}", "canonical_id": null, "duplicate_of": null,'
-                f' "reason": {json.dumps(reason)}, "flags": []}}\n'
-            )
+            results.append(result)
             aid += 1
             continue
         device = key[0].split("/", 1)[0]
@@ -288,10 +304,7 @@ def _minimal_batch(
             cid = seen[0]
             decision, dup = ("duplicate" if seen[1] == h else "conflict"), str(cid)
         arrivals.append((aid, n, *key, ts, at, receiver, h, decision, cid, None, text))
-        results.append(
-            f'{{"line": {n}, "decision": "{decision}", "canonical_id": {cid}, "duplicate_of": {dup},'
-            ' "reason": null, "flags": []}\n'
-        )
+        results.append(keyed_result(n, decision, cid, dup))
         aid += 1
     state["arrival"] = aid
     con.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", new_events)

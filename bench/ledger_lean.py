@@ -27,8 +27,6 @@ set-based arbiter writes to decide every delivery and keep every arrival.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
 
-from bench.import_baseline import Refused, _dumps, _id, _jcs, _Line, _loads, normal_ts
+from bench.import_baseline import keyed_result, keyless_result, parse_line
 
 BATCH = 1000
 
@@ -89,48 +87,11 @@ COPY_ARRIVALS = (
 )
 
 
-def parse(n: int, raw: bytes, now: str) -> tuple[Any, ...]:
-    """(line, key or None, source_ts, arrival_at, payload text, hash, raw, reason) of one line."""
-    try:
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            raise Refused("not UTF-8") from None
-        _Line.floats = False
-        try:
-            obj = _loads(text)
-        except ValueError as exc:
-            raise Refused(f"not JSON: {exc}") from None
-        if type(obj) is not dict:
-            raise Refused("not a JSON object")
-        payload = obj.get("payload", {})
-        if type(payload) is not dict:
-            raise Refused("payload must be a JSON object")
-        src, tid, boot = _id(obj, "source"), _id(obj, "transitionId"), _id(obj, "bootId")
-        ts = normal_ts(obj.get("sourceTimestamp"), "sourceTimestamp")
-        at = normal_ts(obj.get("arrivalAt"), "arrivalAt") or now
-        slow = _Line.floats or not text.isascii() or "\\u" in text
-        body = _jcs(payload) if slow else _dumps(payload)
-        hashed = f'{{"payload":{body},"sourceTimestamp":{"null" if ts is None else chr(34) + ts + chr(34)}}}'
-        try:
-            h = hashlib.sha256(hashed.encode()).hexdigest()
-            if "\\u" in text:
-                "".join(x or "" for x in (src, tid, boot)).encode()
-        except UnicodeEncodeError:
-            raise Refused("holds a lone UTF-16 surrogate") from None
-    except Refused as exc:
-        return (n, None, None, now, "", None, raw, str(exc))
-    if src and tid and boot:
-        return (n, (src, tid, boot), ts, at, body, h, raw, None)
-    missing = "source" if not src else "transitionId" if not tid else "bootId"
-    return (n, None, ts, at, body, h, raw, f"missing {missing}; no identity is made up")
-
-
 def arbitrate(cur: psycopg.Cursor[Any], batch: list[tuple[int, bytes]], gateway: str) -> str:
     """One batch in the open transaction; returns its result lines."""
     now_dt = datetime.now(UTC)
     now = now_dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now_dt.microsecond // 1000:03d}Z"
-    parsed = [parse(n, raw, now) for n, raw in batch]
+    parsed = [parse_line(n, raw, now, raw_evidence=True) for n, raw in batch]
     with cur.copy(COPY_STAGE) as cp:
         for seq, p in enumerate(parsed):
             if p[1] is not None:
@@ -144,12 +105,9 @@ def arbitrate(cur: psycopg.Cursor[Any], batch: list[tuple[int, bytes]], gateway:
     with cur.copy(COPY_ARRIVALS) as cp:
         for n, key, ts, at, _body, h, raw, reason in parsed:
             if key is None:
-                decision = "rejected" if h is None else "identity_incomplete"
+                decision, result = keyless_result(n, h, reason)
                 cp.write_row((decision, None, None, None, None, ts, h, reason, gateway, at, now, n, raw))
-                out.append(
-                    f'{{"line": {n}, "decision": "{decision}", "canonical_id": null, "duplicate_of": null,'
-                    f' "reason": {json.dumps(reason)}, "flags": []}}\n'
-                )
+                out.append(result)
                 continue
             cid, won = winners[key]
             if key in fresh:
@@ -158,10 +116,7 @@ def arbitrate(cur: psycopg.Cursor[Any], batch: list[tuple[int, bytes]], gateway:
             else:
                 decision, dup = ("duplicate" if won == h else "conflict"), str(cid)
             cp.write_row((decision, cid, *key, ts, h, None, gateway, at, now, n, raw))
-            out.append(
-                f'{{"line": {n}, "decision": "{decision}", "canonical_id": {cid}, "duplicate_of": {dup},'
-                ' "reason": null, "flags": []}\n'
-            )
+            out.append(keyed_result(n, decision, cid, dup))
     return "".join(out)
 
 

@@ -1,19 +1,36 @@
-"""Ledger MQTT intake benchmark: messages/s drained from a queued session, vs a bare subscriber.
+"""The ledger's MQTT intake against a lean set-based arbiter subscribed alike: whole processes.
 
 Prints ONE JSON line. Our own Mosquitto (persistence, no queue limit) and our own PostgreSQL
-cluster (fsync on). For each variant the sessions are created first, then N transitions (one
-CloudEvent per message, as the gateway's MQTT sink sends them by default) are published at QoS 1
-and queued at the broker; the clock runs from the subscriber's start until every message is
-committed (and acknowledged). Alternated over rounds, medians; a fresh database per run.
+cluster (fsync and synchronous_commit on; `track_commit_timestamp` on, so the clock stops at
+the last batch's COMMIT). For each run a fresh database (from one migrated template) and a new
+client id: its session is made first, then N messages (one CloudEvent each, as the gateway's
+MQTT sink sends them) are published at QoS 1 and queued at the broker; then the subscriber's
+process starts and drains them. The clock runs from the process's start (Python start-up,
+imports, connecting, parsing included) to the COMMIT of the last arrival; then it gets SIGTERM.
+Sides alternated over rounds (medians), at 0 % and 50 % re-deliveries:
 
-* `bare`: one aiomqtt subscriber with the same session settings and manual PUBACK, gathering
-  the same batches the same way, committing each with the bare set-based SQL of bench/ledger.py
-  (COPY into a stage table, `INSERT ... ON CONFLICT DO NOTHING` of canonical rows and arrivals);
-* `ledger`: the ledger's `MqttSubscriber` (parse, the core's decision, arrivals with evidence);
-* `ledger_x2`: two ledger instances (two client ids) on one shared subscription.
+* `ledger`: `python -m agent ledger --dsn DSN run -c ledger.yaml` with an `mqtt` intake
+  (defaults: batch 1,000; PUBACK after COMMIT; the status intake beside it, as a user runs it);
+* `lean`: `python bench/ledger_lean_mqtt.py`, a lean set-based arbiter written apart from the
+  ledger's code (what it does: its docstring), the same session settings, batches and PUBACK
+  after COMMIT, its own process.
 
-    python bench/ledger_mqtt.py            # 20,000 messages, 3 rounds
-    python bench/ledger_mqtt.py --quick    # a few hundred, for a smoke run
+The events are bench/ledger_import.py's files (bench/import_shapes.py's `outsider` events: floats,
+non-ASCII text, several boots per source; at 50 % every second message re-delivers an event
+drawn from the whole history so far, written as a second gateway would: `data`'s keys in another
+order, `4.0` for `4`, `time` with another offset, the event's attributes in another order,
+another `gateway`), each made a CloudEvent as a gateway writes one (`source` `plant/<device>/
+<channel>`, `id` `<bootid>:<transitionid>`, its own `arrivalat`).
+
+Figures per share: messages/s of each and their ratio; each process's CPU (user + system, start-up
+included) and the server's CPU during the run per message, and the CPU ratio (the lean's CPU per
+message over the ledger's: the figure to trust on a loaded machine); the drain rate (first COMMIT
+to last, start-up left out, as a ledger that runs on sees it); the load average before and after.
+After the timed rounds every message's decision, and which message's event it names, are
+compared between the two sides (the bench exits non-zero when they differ).
+
+    python bench/ledger_mqtt.py                 # 20,000 messages, 3 rounds
+    python bench/ledger_mqtt.py --quick         # 200 messages, 1 round (the CI smoke)
 """
 
 from __future__ import annotations
@@ -22,8 +39,13 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -33,209 +55,276 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "ledger"))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import aiomqtt  # noqa: E402
 import pgcluster  # noqa: E402
 import psycopg  # noqa: E402
-from ledger import BARE_ARRIVALS, BARE_CANONICAL, STAGE, fresh_db, make_template  # noqa: E402
 from mosquitto import MOSQUITTO, Broker  # noqa: E402
 from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
 
-from agent.core.contract import payload_hash  # noqa: E402
-from agent.core.records import Entry, Transition  # noqa: E402
-from agent.ledger.config import MqttIntake  # noqa: E402
-from agent.ledger.intake_mqtt import GATHER_S, MqttSubscriber  # noqa: E402
-from agent.ledger.writer import Writer  # noqa: E402
-from agent.sinks.encode import encode  # noqa: E402
+from bench.ledger_import import server_cpu_s, write_file  # noqa: E402
+from bench.ledger_lean import SCHEMA as LEAN_SCHEMA  # noqa: E402
 
-STORE_ID = "00000000-0000-4000-8000-000000000000"  # the store id a gateway puts in identity-incomplete ids
-
-T0 = "2026-04-22T08:00:12.120Z"
-PAD = "x" * 400
-TOPIC = "plant/events/PUMP/Trip"
+LEAN = str(ROOT / "bench" / "ledger_lean_mqtt.py")
 GROUP = "ledger"
+SUBSCRIPTION = f"$share/{GROUP}/plant/events/#"
+SHARES = (0, 50)
+POLL_S = 0.05
 
 
-def bodies(n: int, tag: str) -> list[bytes]:
+def loadavg() -> list[float]:
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def messages(n: int, dup_share: float) -> list[tuple[str, bytes]]:
+    """(topic, body) of n messages: bench/ledger_import.py's lines, each made a CloudEvent."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "events.jsonl"
+        write_file(path, n, dup_share)
+        lines = path.read_text(encoding="utf-8").splitlines()
     out = []
-    for i in range(n):
-        payload = json.dumps({"state": "Trip", "pad": PAD}, separators=(",", ":"))
-        rec = Transition(i, f"PUMP-{i % 200:03d}/Trip", f"{tag}{i}", "B17", T0, payload, T0)
-        out.append(
-            encode(
-                Entry(i, "transition", i, 1, rec),
-                site="plant",
-                gateway="gw-a",
-                replayed=False,
-                store_id=STORE_ID,
-            ).body
-        )
+    for i, line in enumerate(lines):
+        obj = json.loads(line)
+        device, channel = obj["source"].split("/")
+        again = obj["sourceTimestamp"].endswith("+02:00")  # how write_file writes a re-delivery
+        ev: dict[str, Any] = {
+            "specversion": "1.0",
+            "id": f"{obj['bootId']}:{obj['transitionId']}",
+            "source": f"plant/{device}/{channel}",
+            "type": "io.edgeagent.transition",
+            "time": obj["sourceTimestamp"],
+            "datacontenttype": "application/json",
+            "bootid": obj["bootId"],
+            "transitionid": obj["transitionId"],
+            "arrivalat": f"2026-04-22T09:{i // 60000 % 60:02d}:{i // 1000 % 60:02d}.{i % 1000:03d}Z",
+            "identitybasis": "counter",
+            "gateway": "gw-b" if again else "gw-a",
+            "attempt": 1,
+            "replayed": False,
+            "data": obj["payload"],
+        }
+        if again:  # a second gateway writes the event's attributes in another order
+            ev = dict(reversed(ev.items()))
+        body = json.dumps(ev, ensure_ascii=line.isascii(), separators=(",", ":"))
+        out.append((f"plant/events/{device}/transition", body.encode()))
     return out
 
 
-def client(port: int, ident: str) -> aiomqtt.Client:
-    props = Properties(PacketTypes.CONNECT)
+async def make_session(port: int, ident: str) -> None:
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
     props.SessionExpiryInterval = 86400
-    props.ReceiveMaximum = 1000
-    c = aiomqtt.Client(
+    async with aiomqtt.Client(
         "127.0.0.1",
         port,
         identifier=ident,
         protocol=aiomqtt.ProtocolVersion.V5,
         clean_start=False,
         properties=props,
-    )
-    c._client.manual_ack_set(True)
-    return c
+    ) as c:
+        await c.subscribe(SUBSCRIPTION, qos=1)
 
 
-async def make_sessions(port: int, idents: list[str]) -> None:
-    for ident in idents:
-        async with client(port, ident) as c:
-            await c.subscribe(f"$share/{GROUP}/plant/events/#", qos=1)
+async def drop_session(port: int, ident: str) -> None:
+    async with aiomqtt.Client(
+        "127.0.0.1", port, identifier=ident, clean_start=True, protocol=aiomqtt.ProtocolVersion.V5
+    ):
+        pass
 
 
-async def publish(port: int, msgs: list[bytes]) -> None:
+async def publish(port: int, msgs: list[tuple[str, bytes]]) -> None:
     quiet = logging.getLogger("bench.publisher")
     quiet.setLevel(logging.ERROR)  # aiomqtt warns about every publish beyond 10 in flight
     async with aiomqtt.Client(
         "127.0.0.1", port, identifier=f"pub-{uuid.uuid4().hex[:8]}", max_inflight_messages=200, logger=quiet
     ) as c:
         for start in range(0, len(msgs), 200):  # a window: each publish waits for its PUBACK
-            await asyncio.gather(*(c.publish(TOPIC, m, qos=1) for m in msgs[start : start + 200]))
+            await asyncio.gather(*(c.publish(t, m, qos=1) for t, m in msgs[start : start + 200]))
 
 
-def bare_rows(payloads: list[bytes]) -> list[tuple[Any, ...]]:
-    rows = []
-    for i, body in enumerate(payloads):
-        ev = json.loads(body)
-        data = ev["data"]
-        ph = payload_hash(data, ev.get("time"))
-        rows.append(
-            (
-                i,
-                ev["source"],
-                ev["transitionid"],
-                ev["bootid"],
-                ev["gateway"],
-                ev.get("arrivalat"),
-                ph,
-                json.dumps(data, separators=(",", ":")),
-                body,
-            )
-        )
-    return rows
+def make_template(cluster: pgcluster.Cluster) -> None:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as c:
+        c.execute("CREATE DATABASE bench_template")
+    template = cluster.dsn("bench_template")
+    subprocess.run(
+        [sys.executable, "-m", "agent", "ledger", "--dsn", template, "migrate"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    with psycopg.connect(template, autocommit=True) as c:
+        c.execute(LEAN_SCHEMA.encode())
 
 
-async def bare(port: int, dsn: str, n: int, ident: str) -> None:
-    done = 0
-    loop = asyncio.get_running_loop()
-    async with await psycopg.AsyncConnection.connect(dsn) as conn, client(port, ident) as c:
-        await c.subscribe(f"$share/{GROUP}/plant/events/#", qos=1)
-        it = c.messages.__aiter__()
-        while done < n:
-            batch = [await it.__anext__()]
-            deadline = loop.time() + GATHER_S
-            while len(batch) < 1000:
-                if len(c.messages):
-                    batch.append(await it.__anext__())
-                elif loop.time() >= deadline:
-                    break
-                else:
-                    await asyncio.sleep(0.002)
-            rows = bare_rows([bytes(m.payload) for m in batch])
-            async with conn.transaction(), conn.cursor() as cur:
-                await cur.execute(STAGE)
-                async with cur.copy(
-                    "COPY stage (seq, source, transition_id, boot_id, gateway, arrived_at, payload_hash, payload,"
-                    " raw) FROM STDIN"
-                ) as cp:
-                    for r in rows:
-                        await cp.write_row(r)
-                await cur.execute(BARE_CANONICAL)
-                await cur.execute(BARE_ARRIVALS)
-            for m in batch:
-                c._client.ack(m.mid, m.qos)
-            done += len(batch)
+def fresh_db(cluster: pgcluster.Cluster) -> str:
+    name = "b_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE bench_template".encode())
+    return cluster.dsn(name)
 
 
-async def ledger(port: int, dsn: str, n: int, idents: list[str]) -> None:
-    stop = asyncio.Event()
-    subs = [
-        MqttSubscriber(MqttIntake("127.0.0.1", port, "plant/events/#", GROUP, ident), Writer(dsn))
-        for ident in idents
-    ]
-    tasks = [asyncio.create_task(s.run(stop)) for s in subs]
-    while sum(s.committed_messages for s in subs) < n:
-        await asyncio.sleep(0.01)
-    stop.set()
-    await asyncio.gather(*tasks)
-    for s in subs:
-        await s.writer.close()
+def drop_db(cluster: pgcluster.Cluster, dsn: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name}".encode())
 
 
-async def one_run(broker: Broker, cluster: pgcluster.Cluster, variant: str, n: int) -> float:
+TABLE = {"ledger": "arrival", "lean": "lean_arrival"}
+
+
+def command(side: str, dsn: str, port: int, ident: str, work: Path) -> list[str]:
+    if side == "lean":
+        return [sys.executable, LEAN, dsn, str(port), ident, SUBSCRIPTION]
+    cfg = work / f"{ident}.yaml"
+    cfg.write_text(
+        f"mqtt:\n  host: 127.0.0.1\n  port: {port}\n  topic: plant/events/#\n  group: {GROUP}\n"
+        f"  client_id: {ident}\n"
+    )
+    return [sys.executable, "-m", "agent", "ledger", "--dsn", dsn, "run", "-c", str(cfg)]
+
+
+def one_run(
+    broker: Broker, cluster: pgcluster.Cluster, side: str, msgs: list[tuple[str, bytes]], work: Path
+) -> tuple[tuple[float, float, float, float], list[tuple[str, str, str | None]]]:
+    """((messages/s, client CPU s, server CPU s, drain messages/s), each arrival's (raw, decision,
+    canonical id) as text)."""
+    n = len(msgs)
     dsn = fresh_db(cluster)
-    tag = uuid.uuid4().hex[:6]
-    idents = [f"{variant}-{tag}-{k}" for k in range(2 if variant == "ledger_x2" else 1)]
-    await make_sessions(broker.port, idents)
-    await publish(broker.port, bodies(n, tag))
-    t0 = time.perf_counter()
-    if variant == "bare":
-        await bare(broker.port, dsn, n, idents[0])
-    else:
-        await ledger(broker.port, dsn, n, idents)
-    elapsed = time.perf_counter() - t0
-    with psycopg.connect(dsn) as conn:
-        table = "b_canonical" if variant == "bare" else "canonical_event"
-        got = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-    assert got is not None and got[0] == n, (variant, got, n)
-    # Drop the sessions, so the broker keeps no queue for them.
-    for ident in idents:
-        async with aiomqtt.Client(
-            "127.0.0.1", broker.port, identifier=ident, clean_start=True, protocol=aiomqtt.ProtocolVersion.V5
-        ):
-            pass
-    return n / elapsed
+    ident = f"{side}-{uuid.uuid4().hex[:8]}"
+    asyncio.run(make_session(broker.port, ident))
+    asyncio.run(publish(broker.port, msgs))
+    postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
+    cmd = command(side, dsn, broker.port, ident, work)
+    table = TABLE[side]
+    try:
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            before = server_cpu_s(postmaster)
+            t0 = time.time()
+            log = (work / f"{ident}.log").open("wb")
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+            deadline = time.monotonic() + 60 + n / 100
+            while True:
+                got = watch.execute(f"SELECT count(*) FROM {table}".encode()).fetchone()
+                if got is not None and got[0] >= n:
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    err = (work / f"{ident}.log").read_text(errors="replace")
+                    raise SystemExit(f"{side}: {got} of {n} arrivals; exit {proc.poll()}:\n{err[-3000:]}")
+                time.sleep(POLL_S)
+            last = watch.execute(
+                f"WITH c AS (SELECT pg_xact_commit_timestamp(xmin) AS ts FROM {table})"
+                " SELECT extract(epoch FROM max(ts)), extract(epoch FROM min(ts)),"
+                " count(*) FILTER (WHERE ts = (SELECT min(ts) FROM c)) FROM c".encode()
+            ).fetchone()
+            server = server_cpu_s(postmaster) - before
+            proc.send_signal(signal.SIGTERM)
+            _, status, usage = os.wait4(proc.pid, 0)
+            if status != 0:
+                err = (work / f"{ident}.log").read_text(errors="replace")
+                raise SystemExit(f"{side} exited {status}:\n{err[-3000:]}")
+            log.close()
+            cpu = usage.ru_utime + usage.ru_stime
+            assert last is not None and last[0] is not None
+            wall = float(last[0]) - t0
+            # The drain: from the first batch's COMMIT to the last (no start-up, as a ledger that runs
+            # on); 0 when a single batch took every message
+            drain = (n - int(last[2])) / max(float(last[0]) - float(last[1]), 1e-3)
+            rows = watch.execute(
+                f"SELECT convert_from(raw, 'UTF8'), decision, canonical_id::text FROM {table}".encode()
+            ).fetchall()
+    finally:
+        drop_db(cluster, dsn)
+        asyncio.run(drop_session(broker.port, ident))  # the broker keeps no queue for it
+    return (n / wall, cpu, server, drain), [(r[0], r[1], r[2]) for r in rows]
+
+
+def decisions(
+    msgs: list[tuple[str, bytes]], rows: list[tuple[str, str, str | None]]
+) -> list[tuple[Any, ...]]:
+    """(message, decision, the message that inserted the event it names) of every message, in order."""
+    index = {body.decode(): i for i, (_, body) in enumerate(msgs)}
+    by_msg = sorted((index[raw], decision, cid) for raw, decision, cid in rows)
+    inserted_by = {cid: i for i, decision, cid in by_msg if decision == "inserted"}
+    return [(i, decision, inserted_by.get(cid)) for i, decision, cid in by_msg]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("-n", type=int, default=None)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="200 messages, 1 round (smoke)")
+    ap.add_argument("-n", type=int, default=None, help="messages per run (default 20000)")
+    ap.add_argument("--rounds", type=int, default=None, help="default 3 (1 with --quick)")
     args = ap.parse_args()
-    n = args.n or (400 if args.quick else 20_000)
+    n = args.n or (200 if args.quick else 20_000)
+    rounds = args.rounds or (1 if args.quick else 3)
     bindir = pgcluster.find_binaries()
     if bindir is None or MOSQUITTO is None:
         print("bench/ledger_mqtt.py: needs PostgreSQL server binaries and mosquitto", file=sys.stderr)
         sys.exit(2)
     work = Path(f"/tmp/edge-ledger-bench-{uuid.uuid4().hex[:8]}")
     work.mkdir()
+    load_before = loadavg()
     broker = Broker(work)
     cluster = pgcluster.create(bindir, durable=True)
+    cluster.stop()
+    cluster.options = "-c track_commit_timestamp=on"
+    cluster.start()
+    sides = ["ledger", "lean"]
+    got: dict[str, list[tuple[float, float, float, float]]] = {}
+    checked: dict[str, dict[str, int]] = {}
     try:
-        asyncio.run(make_template(cluster))
-        names = ["bare", "ledger", "ledger_x2"]
-        rates: dict[str, list[float]] = {}
-        for rnd in range(args.rounds):
-            for name in names if rnd % 2 == 0 else names[::-1]:
-                rates.setdefault(name, []).append(asyncio.run(one_run(broker, cluster, name, n)))
-        out: dict[str, Any] = {"bench": "ledger_mqtt", "messages": n, "rounds": args.rounds}
-        for name, values in rates.items():
-            out[f"{name}_msgs_per_s"] = round(statistics.median(values))
-        out["ledger_vs_bare"] = round(out["ledger_msgs_per_s"] / out["bare_msgs_per_s"], 3)
-        out["two_vs_one"] = round(out["ledger_x2_msgs_per_s"] / out["ledger_msgs_per_s"], 3)
-        out["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        print(json.dumps(out))
+        make_template(cluster)
+        data = {dup: messages(n, dup / 100) for dup in SHARES}
+        last: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
+        for rnd in range(rounds):
+            for dup in SHARES:
+                for side in sides if rnd % 2 == 0 else sides[::-1]:
+                    figures, rows = one_run(broker, cluster, side, data[dup], work)
+                    got.setdefault(f"{side}_dup{dup}", []).append(figures)
+                    last[side, dup] = decisions(data[dup], rows)
+        for dup in SHARES:  # after the timed rounds: every message decided alike on both sides
+            a, b = last["ledger", dup], last["lean", dup]
+            if a != b:
+                diff = next(((x, y) for x, y in zip(a, b, strict=False) if x != y), (len(a), len(b)))
+                raise SystemExit(f"ledger and lean arbiter decide differently at {dup} %: {diff}")
+            counts: dict[str, int] = {}
+            for r in a:
+                counts[r[1]] = counts.get(r[1], 0) + 1
+            checked[f"dup{dup}"] = counts
     finally:
         cluster.destroy()
         broker.stop()
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
+    out: dict[str, Any] = {"bench": "ledger_mqtt", "messages": n, "batch": 1000, "rounds": rounds}
+    for dup in SHARES:
+        for side in sides:
+            runs = got[f"{side}_dup{dup}"]
+            out[f"{side}_dup{dup}_msgs_per_s"] = round(statistics.median(r[0] for r in runs))
+            out[f"{side}_dup{dup}_client_cpu_us"] = round(statistics.median(r[1] for r in runs) / n * 1e6, 1)
+            out[f"{side}_dup{dup}_server_cpu_us"] = round(statistics.median(r[2] for r in runs) / n * 1e6, 1)
+            out[f"{side}_dup{dup}_rounds"] = [round(r[0]) for r in runs]
+            out[f"{side}_dup{dup}_drain_msgs_per_s"] = round(statistics.median(r[3] for r in runs))
+        out[f"ledger_vs_lean_dup{dup}"] = round(
+            out[f"ledger_dup{dup}_msgs_per_s"] / out[f"lean_dup{dup}_msgs_per_s"], 3
+        )
+        # The same comparison per CPU second: the lean's client CPU per message over the ledger's
+        # (>= 0.7: the ledger spends at most 1/0.7 of the lean's CPU on a message), and with the
+        # server's CPU added; the drain rates' ratio leaves the processes' start-up out.
+        lean_cpu, ledger_cpu = out[f"lean_dup{dup}_client_cpu_us"], out[f"ledger_dup{dup}_client_cpu_us"]
+        out[f"cpu_lean_vs_ledger_dup{dup}"] = round(lean_cpu / ledger_cpu, 3)
+        out[f"cpu_with_server_lean_vs_ledger_dup{dup}"] = round(
+            (lean_cpu + out[f"lean_dup{dup}_server_cpu_us"])
+            / (ledger_cpu + out[f"ledger_dup{dup}_server_cpu_us"]),
+            3,
+        )
+        drains = out[f"ledger_dup{dup}_drain_msgs_per_s"], out[f"lean_dup{dup}_drain_msgs_per_s"]
+        out[f"drain_ledger_vs_lean_dup{dup}"] = round(drains[0] / drains[1], 3) if all(drains) else None
+    out["decisions_checked"] = checked
+    out["loadavg_before"] = load_before
+    out["loadavg_after"] = loadavg()
+    out["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import sys
@@ -51,16 +50,17 @@ import aiohttp
 import aiomqtt
 
 from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
-from agent.core.contract import Delivery, payload_hash
+from agent.core.contract import Delivery
 from agent.core.records import Entry, Transition
 from agent.service.forwarder import Forwarder
 from agent.service.runtime import tuned_process
 from agent.service.upstream_sink import build_sink
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body, encode, render_topic
 from agent.store.store import Store
+from bench import backlog
+from bench.backlog import ARRIVAL, copy_store, watch_drain
 from bench.rounds import alternate_async, median, ratio, rss_mb, rss_peak_mb
 
-ARRIVAL = "2026-04-22T08:00:12.180Z"
 SITE, GW = "bench", "gw-bench"
 STORE_ID = "00000000-0000-4000-8000-000000000000"
 SOURCES = [f"PUMP-{d:02d}/Trip" for d in range(10)]
@@ -68,50 +68,7 @@ BOOTS = len(SOURCES)  # one boot_observed row per device rides along in the outb
 
 
 def delivery(n: int) -> Delivery:
-    payload = {"state": "Trip", "severity": "High", "n": n, "text": "x" * 200}
-    ts = "2026-04-22T08:00:12.120Z"
-    return Delivery(
-        source=SOURCES[n % len(SOURCES)],
-        transition_id=str(n),
-        boot_id="B17",
-        source_timestamp=ts,
-        arrival_at=ARRIVAL,
-        payload=payload,
-        payload_hash=payload_hash(payload, ts),
-        raw="{}",
-        receiver="bench",
-    )
-
-
-async def make_template(path: Path, names: list[str], total: int) -> float:
-    """Record `total` events for every upstream in `names`; seconds it took."""
-    store = await Store.open(path)
-    try:
-        await store.register_upstreams([(name, "none") for name in names], ARRIVAL)
-        t0 = time.perf_counter()
-        for start in range(0, total, 5000):
-            await store.record([delivery(n) for n in range(start, min(total, start + 5000))])
-        return time.perf_counter() - t0
-    finally:
-        await store.close()
-
-
-def copy_store(template: Path, to: Path) -> Path:
-    for suffix in ("", "-wal", "-shm"):
-        with_suffix = to.with_name(to.name + suffix)
-        if with_suffix.exists():
-            with_suffix.unlink()
-    shutil.copyfile(template, to)  # the template is closed, so its WAL is checkpointed away
-    # On disk before the clock starts, for both sides: a gateway's store is not a fresh copy in the
-    # page cache, and the first checkpoint's sync of the database file would otherwise write the
-    # whole copy back inside the timed drain (about 12 ms; the agent reached it at 30,000 events,
-    # the baseline's fewer WAL frames did not: docs/performance-history.md, HTTP replay, eighth round).
-    fd = os.open(to, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return to
+    return backlog.delivery(n, SOURCES[n % len(SOURCES)], "2026-04-22T08:00:12.120Z")
 
 
 async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
@@ -125,16 +82,7 @@ async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
     t0 = time.perf_counter()
     task = asyncio.create_task(fwd.run(stop), name=f"forwarder[{up.name}]")
     try:
-        # The end is looked for every 5 ms (it was 50 ms: up to 50 ms, 25 on average, of a drain
-        # of 300-900 ms were the bench's polling); RSS is sampled every 50 ms as before.
-        ticks = 0
-        while fwd.state.delivered < total + BOOTS:
-            await asyncio.sleep(0.005)
-            ticks += 1
-            if not ticks % 10:
-                peak = max(peak, rss_mb())
-            if task.done():
-                raise RuntimeError(f"forwarder stopped early: {fwd.state}")
+        peak = await watch_drain(task, lambda: fwd.state.delivered >= total + BOOTS, lambda: fwd.state, peak)
         elapsed = time.perf_counter() - t0
     finally:
         stop.set()
@@ -258,7 +206,9 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
     try:
         with tempfile.TemporaryDirectory() as tmp:
             template = Path(tmp) / "template.db"
-            result["fill_s"] = round(await make_template(template, [up.name for up in ups], total), 2)
+            result["fill_s"] = round(
+                await backlog.make_template(template, [up.name for up in ups], total, delivery), 2
+            )
             events = [] if agent_only else same_events(total)
             for up in ups:
                 work = Path(tmp) / f"{up.name}.db"

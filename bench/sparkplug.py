@@ -41,59 +41,25 @@ import aiomqtt  # noqa: E402
 from sparkplug_parts import MOSQUITTO, Broker  # noqa: E402
 
 from agent.config.sparkplug import SparkplugUpstream  # noqa: E402
-from agent.core.contract import Delivery, payload_hash  # noqa: E402
+from agent.core.contract import Delivery  # noqa: E402
 from agent.service.runtime import tuned_process  # noqa: E402
 from agent.sparkplug import mapping  # noqa: E402
 from agent.sparkplug.codec import encode_metric, encode_payload  # noqa: E402
 from agent.sparkplug.forwarder import SparkplugForwarder  # noqa: E402
 from agent.sparkplug.host import topic  # noqa: E402
 from agent.store.store import Store  # noqa: E402
+from bench import backlog  # noqa: E402
+from bench.backlog import copy_store, watch_drain  # noqa: E402
 from bench.rounds import alternate_async, median, ratio, rss_mb, rss_peak_mb  # noqa: E402
 
-ARRIVAL = "2026-04-22T08:00:12.180Z"
 SITE, GW, GROUP, UP = "bench", "gw-bench", "plant-1", "ignition"
 DEVICES = [f"PUMP-{d:02d}" for d in range(10)]
 BOOTS = len(DEVICES)  # one boot_observed row per device rides along in the outbox
 
 
 def delivery(n: int) -> Delivery:
-    payload = {"state": "Trip", "severity": "High", "n": n, "text": "x" * 200}
     ts = f"2026-04-22T08:{(n // 60000) % 60:02d}:{(n // 1000) % 60:02d}.{n % 1000:03d}Z"
-    return Delivery(
-        source=f"{DEVICES[n % len(DEVICES)]}/Trip",
-        transition_id=str(n),
-        boot_id="B17",
-        source_timestamp=ts,
-        arrival_at=ARRIVAL,
-        payload=payload,
-        payload_hash=payload_hash(payload, ts),
-        raw="{}",
-        receiver="bench",
-    )
-
-
-async def make_template(path: Path, total: int) -> None:
-    store = await Store.open(path)
-    try:
-        await store.register_upstreams([(UP, "none")], ARRIVAL)
-        for start in range(0, total, 5000):
-            await store.record([delivery(n) for n in range(start, min(total, start + 5000))])
-    finally:
-        await store.close()
-
-
-def copy_store(template: Path, to: Path) -> Path:
-    for suffix in ("", "-wal", "-shm"):
-        p = to.with_name(to.name + suffix)
-        if p.exists():
-            p.unlink()
-    shutil.copyfile(template, to)
-    fd = os.open(to, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return to
+    return backlog.delivery(n, f"{DEVICES[n % len(DEVICES)]}/Trip", ts)
 
 
 def settings(url: str) -> SparkplugUpstream:
@@ -115,18 +81,13 @@ async def agent_drain(path: Path, url: str, total: int) -> dict[str, float]:
     start_rss = peak = rss_mb()
     t0 = time.perf_counter()
     task = asyncio.create_task(fwd.run(stop))
+
+    def drained() -> bool:
+        s = fwd._session
+        return fwd.state.published >= total + BOOTS and s is not None and s._unwritten == 0
+
     try:
-        ticks = 0
-        while True:
-            s = fwd._session
-            if fwd.state.published >= total + BOOTS and s is not None and s._unwritten == 0:
-                break
-            await asyncio.sleep(0.005)
-            ticks += 1
-            if not ticks % 10:
-                peak = max(peak, rss_mb())
-            if task.done():
-                raise RuntimeError(f"forwarder stopped early: {fwd.state}")
+        peak = await watch_drain(task, drained, lambda: fwd.state, peak)
         elapsed = time.perf_counter() - t0
     finally:
         stop.set()
@@ -181,7 +142,7 @@ async def main(total: int, rounds: int, agent_only: bool) -> dict[str, Any]:
     broker = Broker(work)
     try:
         template = work / "template.db"
-        await make_template(template, total)
+        await backlog.make_template(template, [UP], total, delivery)
         messages = [] if agent_only else await agent_messages(copy_store(template, work / "probe.db"))
         n = 0
 

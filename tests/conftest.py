@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from agent.store.store import Store
 
 DATA = Path(__file__).parent / "data"
+# Helper modules more than one test folder uses (not test modules): tests/shared/*.py.
+sys.path.insert(0, str(Path(__file__).parent / "shared"))
 # `check` reads the installed edge-agent.service by default: an installation on the machine
 # running the tests must not change what they see (tests that want a unit pass --unit).
 os.environ.setdefault("EDGE_AGENT_UNIT", "none")

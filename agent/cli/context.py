@@ -11,7 +11,7 @@ import contextlib
 import os
 import select
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -84,19 +84,24 @@ class Context:
         return await Reader.open(self.store_path())
 
 
-def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run one command's coroutine and map our errors to exit codes with a clear message."""
+def run_mapped(
+    fn: Callable[[], Awaitable[T]], program: str, codes: Sequence[tuple[type[Exception], int]]
+) -> T:
+    """Run a command's coroutine; a ConfigError exits 78, an error of `codes` the code of the first
+    kind it is, each with its message after `program: `."""
     try:
         return asyncio.run(fn())  # type: ignore[arg-type]
     except ConfigError as exc:
-        click.echo(f"edge-agent: configuration error: {exc}", err=True)
+        click.echo(f"{program}: configuration error: {exc}", err=True)
         sys.exit(EX_CONFIG)
-    except StoreMissing as exc:
-        click.echo(f"edge-agent: {exc}", err=True)
-        sys.exit(EX_NOINPUT)
-    except StoreError as exc:
-        click.echo(f"edge-agent: {exc}", err=True)
-        sys.exit(EX_IOERR)
+    except tuple(kind for kind, _ in codes) as exc:
+        click.echo(f"{program}: {exc}", err=True)
+        sys.exit(next(code for kind, code in codes if isinstance(exc, kind)))
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's coroutine and map our errors to exit codes with a clear message."""
+    return run_mapped(fn, "edge-agent", ((StoreMissing, EX_NOINPUT), (StoreError, EX_IOERR)))
 
 
 def _stdout_reader_gone() -> bool:

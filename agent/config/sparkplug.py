@@ -17,15 +17,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
-from agent.config.upstreams import BACKFILLS, Backfill, Backoff, Upstream, url_problems
+from agent.config.upstreams import (
+    BACKFILLS,
+    Backfill,
+    Backoff,
+    MqttClientSettings,
+    Upstream,
+    mqtt_url_problems,
+    tls_problems,
+    url_problems,
+)
 
 SPARKPLUG_FORBIDDEN = frozenset("+/#")
 
 
 @dataclass(frozen=True, slots=True)
-class SparkplugUpstream:
+class SparkplugUpstream(MqttClientSettings):
     """An MQTT broker spoken to as a Sparkplug B 3.0 edge node.
 
     Data goes out at QoS 0 (Sparkplug's rule) and no host acknowledges it: a row counts as
@@ -38,7 +46,7 @@ class SparkplugUpstream:
     primary_host_id: when set, births and data only while that host's STATE says online.
     state_v22:      also accept a Sparkplug 2.2 host's `STATE/<id>` ONLINE/OFFLINE.
     keepalive_s:    MQTT keepalive; the delivery window is twice this.
-    ca_file, cert_file, key_file, username, password_file, client_id: as for `mqtt:`.
+    ca_file, cert_file, key_file, username, password_file, client_id: as for `mqtt:` (MqttClientSettings).
     read_size:      outbox rows read per database transaction.
     """
 
@@ -49,12 +57,6 @@ class SparkplugUpstream:
     primary_host_id: str | None = None
     state_v22: bool = False
     keepalive_s: float = 30.0
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    username: str | None = None
-    password_file: str | None = None
-    client_id: str | None = None
     read_size: int = 500
     connect_timeout_s: float = 10.0
     backoff: Backoff = field(default_factory=Backoff)
@@ -72,9 +74,7 @@ class SparkplugUpstream:
         out = url_problems(self.url)
         if not self.name or "/" in self.name:
             out.append(f"name: {self.name!r} must be a non-empty name without '/'")
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            out.append(f"url: {self.url!r} must look like mqtt://host:1883 or mqtts://host:8883")
+        out += mqtt_url_problems(self.url)
         if not self.group_id:
             out.append("group_id: is required (the Sparkplug group of this edge node)")
         for key in ("group_id", "edge_node_id", "primary_host_id"):
@@ -89,11 +89,7 @@ class SparkplugUpstream:
             out.append("read_size: must be at least 1")
         if self.backfill not in BACKFILLS:
             out.append(f"backfill: {self.backfill!r} must be none or all")
-        if (self.cert_file is None) != (self.key_file is None):
-            out.append("cert_file/key_file: give both for a client certificate, or neither")
-        if self.password_file is not None and self.username is None:
-            out.append("password_file: needs a username")
-        return out
+        return out + tls_problems(self.cert_file, self.key_file) + self.login_problems()
 
 
 AnyUpstream = Upstream | SparkplugUpstream

@@ -57,8 +57,33 @@ class Backoff:
     max_s: float = 60.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MqttClientSettings:
+    """How the agent signs in to a broker: what `mqtt:` and `sparkplug:` upstreams share (keywords only).
+
+    ca_file:       PEM CA to pin for TLS (default: the system's trust store).
+    cert_file / key_file: client certificate for mutual TLS (both or neither).
+    username:      MQTT user name (not a secret).
+    password_file: file whose content (trailing newline stripped) is the password.
+    client_id:     MQTT client id; default `edge-agent-<gateway>-<name>-<pid>`
+                   (two connections with one id knock each other off).
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    client_id: str | None = None
+
+    def login_problems(self) -> list[str]:
+        if self.password_file is not None and self.username is None:
+            return ["password_file: needs a username"]
+        return []
+
+
 @dataclass(frozen=True, slots=True)
-class MqttUpstream:
+class MqttUpstream(MqttClientSettings):
     """An MQTT broker. QoS 1: an event counts as delivered only on its PUBACK.
 
     url:           `mqtt://host[:1883]` or `mqtts://host[:8883]` (TLS).
@@ -66,12 +91,7 @@ class MqttUpstream:
     qos:           1 (the only level with an acknowledgement; 0 is refused).
     protocol:      "3.1.1" (default; a refusing broker disconnects) or "5"
                    (PUBACK reason codes >= 0x80 mark the event rejected).
-    ca_file:       PEM CA to pin for TLS (default: the system's trust store).
-    cert_file / key_file: client certificate for mutual TLS (both or neither).
-    username:      MQTT user name (not a secret).
-    password_file: file whose content (trailing newline stripped) is the password.
-    client_id:     MQTT client id; default `edge-agent-<gateway>-<name>-<pid>`
-                   (two connections with one id knock each other off).
+    ca_file, cert_file, key_file, username, password_file, client_id: MqttClientSettings.
     batch_size:    events per MQTT message: 1 (default) sends one CloudEvent per
                    message; more sends a JSON array (`application/cloudevents-batch+json`).
     read_size:     outbox rows read and settled per database transaction.
@@ -85,12 +105,6 @@ class MqttUpstream:
     topic: str = DEFAULT_TOPIC
     qos: int = 1
     protocol: MqttProtocol = "3.1.1"
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    username: str | None = None
-    password_file: str | None = None
-    client_id: str | None = None
     batch_size: int = 1
     read_size: int = 500
     max_inflight: int = 100
@@ -102,10 +116,8 @@ class MqttUpstream:
 
     def problems(self) -> list[str]:
         out = _common_problems(self.name, self.batch_size, self.read_size, self.backfill, self.backoff)
-        out += _tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
-        scheme = urlsplit(self.url).scheme
-        if scheme not in ("mqtt", "mqtts") or not urlsplit(self.url).hostname:
-            out.append(f"url: {self.url!r} must look like mqtt://host:1883 or mqtts://host:8883")
+        out += tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
+        out += mqtt_url_problems(self.url)
         if self.qos != 1:
             out.append(f"qos: {self.qos} is not supported; only QoS 1 is acknowledged (PUBACK)")
         if self.protocol not in MQTT_PROTOCOLS:
@@ -113,9 +125,7 @@ class MqttUpstream:
         out += topic_problems(self.topic)
         if self.max_inflight < 1:
             out.append("max_inflight: must be at least 1")
-        if self.password_file is not None and self.username is None:
-            out.append("password_file: needs a username")
-        return out
+        return out + self.login_problems()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +164,7 @@ class HttpUpstream:
 
     def problems(self) -> list[str]:
         out = _common_problems(self.name, self.batch_size, self.read_size, self.backfill, self.backoff)
-        out += _tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
+        out += tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             out.append(f"url: {self.url!r} must look like https://host/path")
@@ -205,7 +215,14 @@ def url_problems(url: str) -> list[str]:
     return []
 
 
-def _tls_problems(cert: str | None, key: str | None) -> list[str]:
+def mqtt_url_problems(url: str) -> list[str]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+        return [f"url: {url!r} must look like mqtt://host:1883 or mqtts://host:8883"]
+    return []
+
+
+def tls_problems(cert: str | None, key: str | None) -> list[str]:
     if (cert is None) != (key is None):
         return ["cert_file/key_file: give both for a client certificate, or neither"]
     return []

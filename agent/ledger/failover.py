@@ -140,14 +140,14 @@ class Gauges:
 
     def __init__(self) -> None:
         self.sync_standby_ok = 0.0  # 1 while the last check saw a synchronous standby
-        self.acknowledgements_withheld = 0.0  # batches refused for want of a synchronous standby
+        self.sync_standby_refusals = 0.0  # batches refused for want of a synchronous standby
         self.outages = 0.0  # times the database became unavailable
         self.batches_rerun = 0.0  # batches run again after an unknown or failed outcome
 
     def values(self) -> dict[str, float]:
         return {
             "edge_ledger_sync_standby_ok": self.sync_standby_ok,
-            "edge_ledger_acknowledgements_withheld_total": self.acknowledgements_withheld,
+            "edge_ledger_sync_standby_refusals_total": self.sync_standby_refusals,
             "edge_ledger_database_outages_total": self.outages,
             "edge_ledger_batches_rerun_total": self.batches_rerun,
         }

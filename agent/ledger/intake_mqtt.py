@@ -13,6 +13,9 @@
 * A message body is one CloudEvent (JSON object) or a batch (JSON array), as the gateway's MQTT
   sink sends them. A body that is neither is kept as a `rejected` arrival and acknowledged:
   redelivering it would never make it better.
+* Receive Maximum is two batches: while one batch commits (unacknowledged), the broker already
+  sends the next, so receiving and parsing it overlaps the commit instead of following it. A
+  crash leaves at most two batches unacknowledged; the broker sends them again.
 * Never wrap the message iterator in a timeout while a batch is open; the stop path cancels the
   reader only between batches (an unacknowledged message comes back on the next session anyway).
 """
@@ -43,7 +46,7 @@ log = logging.getLogger(__name__)
 
 GATHER_S = 0.05  # how long a batch waits for more messages after its first
 RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
-RECEIVE_MAXIMUM = 1000
+RECEIVE_WINDOWS = 2  # Receive Maximum = this many batches: the next batch arrives while one commits
 
 
 def arrivals_of(payload: bytes, now: str) -> list[Arrival]:
@@ -69,7 +72,9 @@ class MqttSubscriber:
         s = self.settings
         props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
         props.SessionExpiryInterval = s.session_expiry_s
-        props.ReceiveMaximum = RECEIVE_MAXIMUM
+        # Two batches in flight: while one commits (and stays unacknowledged), the broker already
+        # sends the next, so receiving it overlaps the commit instead of following it.
+        props.ReceiveMaximum = min(65535, RECEIVE_WINDOWS * s.batch)
         password = (
             Path(s.password_file).read_text(encoding="utf-8").rstrip("\r\n") if s.password_file else None
         )

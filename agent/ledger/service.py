@@ -17,9 +17,7 @@ from pathlib import Path
 
 from agent.ledger.config import LedgerConfig
 from agent.ledger.errors import LedgerUnavailable
-from agent.ledger.intake_http import HttpServer
 from agent.ledger.intake_mqtt import MqttSubscriber
-from agent.ledger.notifier import Notifier
 from agent.ledger.side_servers import side_servers
 from agent.ledger.status_intake import StatusStore, run_mqtt
 from agent.ledger.writer import Writer
@@ -45,9 +43,18 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
         await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start
     except LedgerUnavailable as exc:
         log.warning("%s: intake starts and refuses to acknowledge until PostgreSQL is back", exc)
-    http = HttpServer(config.http, writer) if config.http is not None else None
+    # What the config does not ask for is not imported (aiohttp, the notifier): start-up is CPU.
+    http = None
+    if config.http is not None:
+        from agent.ledger.intake_http import HttpServer
+
+        http = HttpServer(config.http, writer)
     mqtt = MqttSubscriber(config.mqtt, writer) if config.mqtt is not None else None
-    notifier = Notifier(dsn or config.dsn, password=password) if config.notify else None
+    notifier = None
+    if config.notify:
+        from agent.ledger.notifier import Notifier
+
+        notifier = Notifier(dsn or config.dsn, password=password)
     statuses = StatusStore(dsn or config.dsn, password=password)
     if http is not None:
         http.status_store = statuses

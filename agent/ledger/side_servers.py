@@ -16,6 +16,8 @@ log = logging.getLogger(__name__)
 def side_servers(
     config: LedgerConfig, dsn: str | None, password: str | None, stop: asyncio.Event
 ) -> Iterator[tuple[str, Coroutine[Any, Any, None]]]:
+    if config.metrics is None and config.web is None:
+        return  # neither: the web modules (aiohttp, the review page) are never imported
     from agent.ledger import metrics
     from agent.ledger.web.app import make_app, serve
     from agent.ledger.web.pool import Pool

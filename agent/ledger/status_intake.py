@@ -15,10 +15,12 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
-from aiohttp import web
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 from agent.ledger import gateway_status
 from agent.ledger.config import MqttIntake
@@ -61,6 +63,8 @@ class StatusStore:
 
 async def handle_http(request: web.Request, store: StatusStore) -> web.Response:
     """A status POST: 204 when kept, 400 when it is not a status record, 503 when PostgreSQL is away."""
+    from aiohttp import web  # only the HTTP intake serves this: an MQTT-only ledger never loads it
+
     body = await request.read()
     try:
         status = gateway_status.parse(body)

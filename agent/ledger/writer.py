@@ -132,7 +132,7 @@ class Writer:
                 self._withholding = False
                 log.warning("require_sync_standby: a synchronous standby streams again: acknowledging")
             return
-        failover.GAUGES.acknowledgements_withheld += 1
+        failover.GAUGES.sync_standby_refusals += 1
         self.retry_after_s = SYNC_RETRY_S
         if not self._withholding:
             self._withholding = True

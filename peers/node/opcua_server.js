@@ -30,7 +30,9 @@ const STATES = { 0: "Normal", 1: "Trip" };
 const u64 = (ms) => [Math.floor(ms / 2 ** 32), ms >>> 0]; // node-opcua's UInt64: [high, low]
 
 async function main() {
-  const serverCertificateManager = new OPCUACertificateManager({ rootFolder: pki, automaticallyAcceptUnknownCertificate: true });
+  // REJECT_UNKNOWN_CLIENTS=1: a client certificate not in PKI_DIR/trusted is refused (and filed in rejected/).
+  const acceptUnknown = process.env.REJECT_UNKNOWN_CLIENTS !== "1";
+  const serverCertificateManager = new OPCUACertificateManager({ rootFolder: pki, automaticallyAcceptUnknownCertificate: acceptUnknown });
   const server = new OPCUAServer({
     port: PORT,
     resourcePath: "/sim/",

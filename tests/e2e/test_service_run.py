@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -19,46 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from agent_process import start_agent, write_config
 
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
 from devices.upstream import Receiver
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def write_config(tmp_path: Path, plant: Plant, upstream_url: str) -> Path:
-    doc: dict[str, Any] = {
-        "site": "plant-1",
-        "gateway": "gw-e2e",
-        "store": {"path": str(tmp_path / "events.db")},
-        "upstreams": [{"name": "historian", "http": {"url": upstream_url, "batch_size": 50}}],
-        "devices": plant.device_configs(),
-    }
-    for dev in doc["devices"]:
-        dev["poll"] = "100ms"
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-async def start_agent(config: Path, log: Path) -> asyncio.subprocess.Process:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agent",
-        "run",
-        "-c",
-        str(config),
-        "--log-level",
-        "INFO",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=log.open("ab"),
-        env=env,
-    )
 
 
 def status_json(config: Path) -> dict[str, Any]:
@@ -141,7 +107,8 @@ async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(
             await asyncio.sleep(pause)
 
     async with Receiver() as rx:
-        config = write_config(tmp_path, plant, rx.url + "/ingest")
+        historian = {"name": "historian", "http": {"url": rx.url + "/ingest", "batch_size": 50}}
+        config = write_config(tmp_path, plant, "gw-e2e", historian)
         db, log = tmp_path / "events.db", tmp_path / "agent.log"
         agent = await start_agent(config, log)
         await eventually(lambda: db.exists() and "started" in log.read_text())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from agent.config import loader as config
+from agent.core.errors import SourceUnavailable
+from agent.sources.opcua.poller import OpcUaSource
+from agent.sources.opcua.trust import describe, read_certificate
 from devices.agent_config import device_config
 from devices.controller import ChannelSpec, Controller
 from devices.opcua_nodes import NodeLayout
@@ -68,7 +72,10 @@ class NodeServer:
         self.proc, self.endpoint = fresh.proc, fresh.endpoint
 
 
-async def start_node_server(pki: Path, boot_id: int = 17, port: int = 0, *tls: str) -> NodeServer:
+async def start_node_server(
+    pki: Path, boot_id: int = 17, port: int = 0, *tls: str, reject_unknown_clients: bool = False
+) -> NodeServer:
+    env = {**os.environ, "REJECT_UNKNOWN_CLIENTS": "1" if reject_unknown_clients else "0"}
     proc = await asyncio.create_subprocess_exec(
         "node",
         str(NODE_DIR / "opcua_server.js"),
@@ -81,6 +88,7 @@ async def start_node_server(pki: Path, boot_id: int = 17, port: int = 0, *tls: s
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
+        env=env,
     )
     assert proc.stdout is not None
     async with asyncio.timeout(60):
@@ -250,5 +258,63 @@ async def test_basic256sha256_sign_and_encrypt_against_node_opcua_delivers(
             await wait_until(both, timeout=30)
             assert await view.keys() == {(TRIP, "1", "17"), (TRIP, "2", "17")}
             assert all(a["receiver"].startswith("opcua:") for a in await view.arrivals())
+    finally:
+        await server.stop()
+
+
+async def test_node_opcua_refusing_our_certificate_is_an_unavailable_link_that_says_so(
+    tmp_path: Path,
+) -> None:
+    # node-opcua with automaticallyAcceptUnknownCertificate off: the agent's certificate is not in
+    # its trusted folder, so the secure channel is refused. The agent must not crash, not record,
+    # and say what the PLC's administrator has to do.
+    if (why := node_missing()) is not None:
+        pytest.skip(why)
+    pki = await make_test_pki(tmp_path / "certs")
+    cert_pem = tmp_path / "server_cert.pem"
+    cert = x509.load_der_x509_certificate(pki.server.certificate.read_bytes())
+    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    server = await start_node_server(
+        tmp_path / "pki", 17, 0, str(cert_pem), str(pki.server.private_key), reject_unknown_clients=True
+    )
+    try:
+        ctrl = Controller(NAME, [ChannelSpec("Trip")], ring_capacity=8)
+        security = {
+            "policy": "Basic256Sha256",
+            "mode": "SignAndEncrypt",
+            "certificate": str(pki.trusted_client.certificate),
+            "private_key": str(pki.trusted_client.private_key),
+            "server_certificate": str(pki.server.certificate),
+        }
+        entry = device_config(
+            ctrl, opcua={"endpoint": server.endpoint, "security": security}, nodes=NodeLayout(ctrl)
+        )
+        dev = load_devices(tmp_path, entry)[0]
+        src = OpcUaSource(dev, dev.connections[0])  # type: ignore[arg-type]
+        with pytest.raises(SourceUnavailable) as err:
+            await src.connect()
+        await src.close()
+        ours = describe(read_certificate(pki.trusted_client.certificate))
+        text = str(err.value)
+        assert text.startswith("refused: ") and "not trust the agent's certificate" in text, text
+        assert ours.thumbprint in text and ours.subject in text, text
+        # The PLC administrator's step: node-opcua filed our certificate under rejected/; trusted now.
+        (rejected,) = (tmp_path / "pki" / "rejected").glob("*.pem")
+        rejected.rename(tmp_path / "pki" / "trusted" / "certs" / rejected.name)
+        for _ in range(100):  # node-opcua's certificate manager notices the file
+            try:
+                await src.connect()
+                break
+            except SourceUnavailable:
+                await src.close()
+                await asyncio.sleep(0.2)
+        else:
+            pytest.fail("never connected after the certificate was trusted")
+        try:
+            await server.burst(1, 1)
+            obs = await src.poll()
+        finally:
+            await src.close()
+        assert [(d.source, d.transition_id) for d in obs.deliveries] == [(TRIP, "1")]
     finally:
         await server.stop()

@@ -5,39 +5,27 @@ turns fsync off: the tests kill ledger processes, never the server or the machin
 keeps the server's defaults (fsync on, synchronous_commit on). As root (CI), initdb refuses to run, so the cluster is
 made and run by an unprivileged user (`postgres` if it exists, else `nobody`) that owns the
 directory. `find_binaries()` returns None when no PostgreSQL server binaries are installed.
+
+The parts are those of `edge-agent ledger demo`'s throwaway cluster (agent/cli/ledger/throwaway.py).
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# free_port: the tests and benches take it from here too
+from agent.cli.ledger.throwaway import free_port, initdb, own_directory, pg_binaries, run_as, server_user
+
 
 def find_binaries() -> Path | None:
-    """The folder holding initdb and pg_ctl, or None."""
-    candidates = [os.environ.get("EDGE_AGENT_PG_BIN", "")]
-    found = shutil.which("initdb")
-    if found:
-        candidates.append(str(Path(found).resolve().parent))
-    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
-    for folder in candidates:
-        if folder and (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
-            return Path(folder)
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """The folder holding initdb and pg_ctl (EDGE_AGENT_PG_BIN first), or None."""
+    return pg_binaries(os.environ.get("EDGE_AGENT_PG_BIN", ""))
 
 
 @dataclass
@@ -57,10 +45,7 @@ class Cluster:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
 
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        cmd = [str(self.bindir / args[0]), *args[1:]]
-        if self.user is not None:
-            cmd = ["runuser", "-u", self.user, "--", *cmd]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        return run_as(self.user, self.bindir, *args, timeout=timeout)
 
     def start(self) -> None:
         proc = self._run(
@@ -96,30 +81,13 @@ class Cluster:
             subprocess.Popen(["rm", "-rf", "--", str(self.root)], start_new_session=True)
 
 
-def _server_user() -> str | None:
-    if os.geteuid() != 0:
-        return None
-    for name in ("postgres", "nobody"):
-        try:
-            pwd.getpwnam(name)
-            return name
-        except KeyError:
-            continue
-    raise RuntimeError("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL")
-
-
 def create(bindir: Path, *, durable: bool = True) -> Cluster:
     """initdb a new cluster in a fresh temp directory and start it; the caller destroys it."""
-    user = _server_user()
+    user = server_user()
     root = Path(tempfile.mkdtemp(prefix="edge-ledger-pg-"))
     cluster = Cluster(bindir, root, free_port(), user, durable)
-    if user is not None:
-        info = pwd.getpwnam(user)
-        os.chown(root, info.pw_uid, info.pw_gid)
-        root.chmod(0o700)
-    proc = cluster._run(
-        "initdb", "-D", str(cluster.datadir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"
-    )
+    own_directory(root, user)
+    proc = initdb(user, bindir, cluster.datadir)
     if proc.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         raise RuntimeError(f"initdb failed: {proc.stderr or proc.stdout}")
@@ -189,10 +157,7 @@ class Pair:
         name = f"n{self.generation}"
         user = primary.user
         root = Path(tempfile.mkdtemp(prefix="edge-ledger-pg-standby-"))
-        if user is not None:
-            info = pwd.getpwnam(user)
-            os.chown(root, info.pw_uid, info.pw_gid)
-            root.chmod(0o700)
+        own_directory(root, user)
         standby = Cluster(self.bindir, root, port, user, self.durable, f"-c cluster_name={name}")
         proc = standby._run(
             "pg_basebackup",

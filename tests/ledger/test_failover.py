@@ -153,7 +153,7 @@ async def test_require_sync_standby_withholds_acknowledgements_while_the_standby
 ) -> None:
     caplog.set_level(logging.INFO)
     writer = Writer(pair.dsn(), require_sync_standby=True, clock=lambda: 0.0)
-    withheld = failover.GAUGES.acknowledgements_withheld
+    withheld = failover.GAUGES.sync_standby_refusals
     try:
         assert len(await writer.record(batch("s1", 10))) == 10
         assert failover.GAUGES.sync_standby_ok == 1.0
@@ -165,7 +165,7 @@ async def test_require_sync_standby_withholds_acknowledgements_while_the_standby
             with pytest.raises(LedgerUnavailable, match="synchronous standby"):
                 await writer.record(refused)
         assert failover.GAUGES.sync_standby_ok == 0.0
-        assert failover.GAUGES.acknowledgements_withheld == withheld + 3
+        assert failover.GAUGES.sync_standby_refusals == withheld + 3
         assert caplog.text.count("acknowledgements withheld") == 1, "said once per episode"
         assert canonicals(pair.dsn()) == 10, "nothing of a refused batch was written"
         await asyncio.to_thread(pair.start_standby)
@@ -193,6 +193,24 @@ async def test_ledger_check_says_which_server_and_its_replication_state(pair: Pa
     assert [s["sync_state"] for s in rep["standbys"]] == ["sync"] and rep["sync_ok"] is True
     text = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
     assert "commits wait for a synchronous standby" in text.stdout
+    required = [*cmd, "--require-sync-standby"]
+    ok = await asyncio.to_thread(subprocess.run, required, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+
+
+async def test_ledger_check_require_sync_standby_exits_69_on_a_server_without_one(ledger_dsn: str) -> None:
+    writer = Writer(ledger_dsn)
+    await writer.connect_now()  # migrates
+    await writer.close()
+    cmd = [sys.executable, "-m", "agent", "ledger", "--dsn", ledger_dsn, "check"]
+    plain = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr  # the report alone never fails on replication
+    assert "an acknowledged commit can be lost" in plain.stdout
+    required = await asyncio.to_thread(
+        subprocess.run, [*cmd, "--require-sync-standby"], capture_output=True, text=True, timeout=60
+    )
+    assert required.returncode == 69, (required.returncode, required.stderr)
+    assert "no synchronous standby streaming" in required.stderr
 
 
 async def test_the_service_passes_require_sync_standby_on_and_a_server_without_standby_gets_503(

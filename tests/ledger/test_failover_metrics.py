@@ -24,13 +24,13 @@ def test_the_failover_gauges_are_exported_as_they_are_now(monkeypatch: pytest.Mo
     gauges = failover.Gauges()
     gauges.sync_standby_ok = 1.0
     gauges.outages = 3.0
-    gauges.acknowledgements_withheld = 7.0
+    gauges.sync_standby_refusals = 7.0
     gauges.batches_rerun = 2.0
     monkeypatch.setattr(failover, "GAUGES", gauges)
     got = _scrape()
     assert got["edge_ledger_sync_standby_ok"] == 1.0
     assert got["edge_ledger_database_outages_total"] == 3.0
-    assert got["edge_ledger_acknowledgements_withheld_total"] == 7.0
+    assert got["edge_ledger_sync_standby_refusals_total"] == 7.0
     assert got["edge_ledger_batches_rerun_total"] == 2.0
     gauges.sync_standby_ok = 0.0
     assert _scrape()["edge_ledger_sync_standby_ok"] == 0.0

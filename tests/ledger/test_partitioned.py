@@ -1,6 +1,7 @@
 """The hash-partitioned layout (canonical_event, arrival and notification by `source`): the
 project's identity table gives the same decisions on it, two arbiters on it make one canonical
-per key, a re-run batch adds nothing, and notifications are written once per (source, event, kind)."""
+per key, a re-run batch adds nothing, notifications are written once per (source, event, kind),
+and two notifiers send each of them once."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import psycopg
 import pytest
 from conftest import TEMPLATE, _new_database, reset
 from test_arbitration import _identity_cases, decide
+from test_notifications import Receiver, receiver  # noqa: F401 (a fixture)
 
 from agent.core.intake import parse_delivery
 from agent.ledger import arbiter, layout, report
 from agent.ledger.arrivals import Arrival
 from agent.ledger.config import NotifyRule
 from agent.ledger.connection import connect
+from agent.ledger.notifier import Notifier
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 NOW = "2026-04-22T09:00:00.000Z"
@@ -119,3 +123,42 @@ async def test_two_arbiters_on_the_partitioned_layout_make_one_canonical_per_key
         " AND c.source = n.source)"
     )
     assert await cur.fetchone() == (keys, keys, 2 * keys, keys, keys)
+
+
+async def test_two_notifiers_on_the_partitioned_layout_send_every_row_once(
+    part_conn: Conn,
+    receiver: Receiver,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The notifier's claim (`FOR UPDATE SKIP LOCKED`), send and mark run unchanged on the
+    partitioned `notification` table: 300 rows over 13 sources, two workers, each row sent once
+    with its own idempotency key, every row marked sent."""
+    items = [
+        Arrival(
+            parse_delivery(
+                json.dumps({"source": f"PLC-{n % 13}/Trip", "transitionId": n, "bootId": "B1",
+                            "payload": {"n": n}}),
+                arrival_at=NOW, receiver="gw", line=n,
+            ),
+            "gw",
+            "import",
+        )
+        for n in range(1, 301)
+    ]  # fmt: skip
+    decisions = await arbiter.record(part_conn, items, rules=[NotifyRule("trip", receiver.url)])
+    assert {oc.decision.value for oc in decisions} == {"inserted"}
+    dsn = part_conn.info.dsn
+    workers = [Notifier(dsn, batch=20), Notifier(dsn, batch=20)]
+
+    async def drain(w: Notifier, s: aiohttp.ClientSession) -> None:
+        while await w.run_once(s):
+            pass
+
+    async with aiohttp.ClientSession() as s:
+        await asyncio.gather(*(drain(w, s) for w in workers))
+    for w in workers:
+        await w.close()
+    keys = [r["headers"]["Idempotency-Key"] for r in receiver.got]
+    assert len(keys) == 300 and len(set(keys)) == 300, "every row sent once, none by both workers"
+    cur = await part_conn.execute("SELECT state, attempts, count(*) FROM notification GROUP BY 1, 2")
+    assert await cur.fetchall() == [("sent", 1, 300)]
+    await part_conn.commit()

@@ -1,27 +1,28 @@
 """Real parts for the Sparkplug tests (not a test module): a private Mosquitto the tests can
-kill and start again on the same port, and the independent Node.js host (tests/sparkplug/host,
-Eclipse Tahu's JavaScript codec), whose decoded messages come back as dicts."""
+kill and start again on the same port (the tests' one Mosquitto starter, tests/ledger/mosquitto.py),
+and the independent Node.js host (tests/sparkplug/host, Eclipse Tahu's JavaScript codec), whose
+decoded messages come back as dicts."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import pwd
 import shutil
-import signal
-import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+_ledger = str(Path(__file__).resolve().parents[1] / "ledger")
+if _ledger not in sys.path:  # mosquitto.py is a file of tests/ledger, not a package module
+    sys.path.insert(0, _ledger)
+import mosquitto  # noqa: E402
+from mosquitto import MOSQUITTO  # noqa: E402
+
 HOST_DIR = Path(__file__).parent / "host"
-MOSQUITTO = shutil.which("mosquitto") or (
-    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
-)
 NODE = shutil.which("node")
 
 
@@ -36,58 +37,11 @@ def missing_parts() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-class Broker:
-    """Mosquitto on a free port; `kill()` (SIGKILL) and `start()` again on the same port."""
+class Broker(mosquitto.Broker):
+    """The tests' Mosquitto with Nagle off (`set_tcp_nodelay`) in place of the ledger tests' in-flight limit."""
 
     def __init__(self, work: Path) -> None:
-        assert MOSQUITTO is not None
-        self.port = free_port()
-        self.work = work
-        self.conf = work / "mosquitto.conf"
-        self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
-            f"persistence_location {work}/\nlog_dest file {work}/mosquitto.log\n"
-            f"user {pwd.getpwuid(os.geteuid()).pw_name}\n"
-            "max_queued_messages 0\nautosave_interval 1\nset_tcp_nodelay true\n"
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"mqtt://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [MOSQUITTO, "-c", str(self.conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + 10
-        while not listening(self.port):
-            if time.monotonic() > deadline:
-                raise RuntimeError("mosquitto did not start")
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+        super().__init__(work, settings="set_tcp_nodelay true\n")
 
 
 class Host:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from agent_process import agent_env, start_agent, write_config
 from sparkplug_parts import Broker, Host, event_metrics
 from sparkplug_scenario import GROUP, NODE, needs_parts
 
@@ -22,39 +22,11 @@ from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
 
 pytestmark = [needs_parts(), pytest.mark.timeout(120)]
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_config(tmp_path: Path, plant: Plant, url: str) -> Path:
-    doc: dict[str, Any] = {
-        "site": "plant-1",
-        "gateway": NODE,
-        "store": {"path": str(tmp_path / "events.db")},
-        "upstreams": [{"name": "ignition", "sparkplug": {"url": url, "group_id": GROUP, "keepalive": "2s"}}],
-        "devices": plant.device_configs(),
-    }
-    for dev in doc["devices"]:
-        dev["poll"] = "100ms"
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-async def start_agent(config: Path, log: Path) -> asyncio.subprocess.Process:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agent",
-        "run",
-        "-c",
-        str(config),
-        "--log-level",
-        "INFO",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=log.open("ab"),
-        env=env,
-    )
+def ignition(url: str) -> dict[str, Any]:
+    """The Sparkplug upstream of these tests' configuration."""
+    return {"name": "ignition", "sparkplug": {"url": url, "group_id": GROUP, "keepalive": "2s"}}
 
 
 def verb(v: str, device: str | None = None):  # type: ignore[no-untyped-def]
@@ -75,7 +47,7 @@ def seen_ids(host: Host) -> list[str]:
 async def test_kill_9_link_loss_and_plc_restart(tmp_path: Path, broker: Broker, host: Host) -> None:
     ctrl = Controller("PUMP-07", [ChannelSpec("Trip")], ring_capacity=8)
     async with Plant([ctrl], opcua_port=None) as plant:
-        config = write_config(tmp_path, plant, broker.url)
+        config = write_config(tmp_path, plant, NODE, ignition(broker.url))
         log = tmp_path / "agent.log"
         agent = await start_agent(config, log)
         try:
@@ -145,7 +117,7 @@ async def _status(config: Path) -> dict[str, Any]:
         str(config),
         "--json",
         stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=agent_env(),
     )
     out, _ = await proc.communicate()
     return dict(json.loads(out))
@@ -158,7 +130,7 @@ async def test_check_probe_reports_the_primary_host_and_publishes_nothing(
     try:
         ctrl = Controller("PUMP-07", [ChannelSpec("Trip")], ring_capacity=8)
         async with Plant([ctrl], opcua_port=None) as plant:
-            config = write_config(tmp_path, plant, broker.url)
+            config = write_config(tmp_path, plant, NODE, ignition(broker.url))
             doc = yaml.safe_load(config.read_text())
             doc["upstreams"][0]["sparkplug"]["primary_host_id"] = "scada-1"
             config.write_text(yaml.safe_dump(doc))
@@ -172,7 +144,7 @@ async def test_check_probe_reports_the_primary_host_and_publishes_nothing(
                 "--probe",
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                env=agent_env(),
             )
             out = (await proc.communicate())[0].decode()
         assert proc.returncode == 0, out

@@ -7,15 +7,13 @@ imported inside each command: a gateway without the extra still runs every other
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from agent.cli.context import EX_CONFIG, EX_IOERR, EX_UNAVAILABLE
-from agent.core.errors import ConfigError
+from agent.cli.context import EX_CONFIG, EX_IOERR, EX_UNAVAILABLE, run_mapped
 
 if TYPE_CHECKING:
     import psycopg
@@ -65,14 +63,4 @@ def run_ledger(fn: Callable[[], Awaitable[T]]) -> T:
     """Run a ledger command's coroutine and map the ledger's errors to exit codes."""
     from agent.ledger.errors import LedgerError, LedgerUnavailable
 
-    try:
-        return asyncio.run(fn())  # type: ignore[arg-type]
-    except ConfigError as exc:
-        click.echo(f"edge-agent ledger: configuration error: {exc}", err=True)
-        sys.exit(EX_CONFIG)
-    except LedgerUnavailable as exc:
-        click.echo(f"edge-agent ledger: {exc}", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    except LedgerError as exc:
-        click.echo(f"edge-agent ledger: {exc}", err=True)
-        sys.exit(EX_IOERR)
+    return run_mapped(fn, "edge-agent ledger", ((LedgerUnavailable, EX_UNAVAILABLE), (LedgerError, EX_IOERR)))

@@ -5,12 +5,19 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
 from agent.cli.context import EX_UNAVAILABLE
 from agent.cli.ledger.context import LedgerContext, run_ledger
 from agent.cli.ledger.report import write_tables
+
+if TYPE_CHECKING:
+    from agent.cli.ledger import throwaway
+
+B = TypeVar("B")
+R = TypeVar("R")
 
 
 @click.command("demo")
@@ -84,9 +91,24 @@ def demo_cmd(
     cleanup: list[Callable[[], None]] = []
     try:
         if not throwaway.postgres_configured(obj.dsn):
-            obj = LedgerContext(_throwaway_postgres(cleanup))
+            dsn = _start_own(
+                cleanup,
+                throwaway.pg_binaries(),
+                throwaway.INSTALL_POSTGRES,
+                throwaway.ThrowawayPostgres,
+                "no PostgreSQL configured: started a throwaway one on 127.0.0.1:{port} (removed at the end)",
+            )
+            obj = LedgerContext(dsn)
         if own_mqtt and not throwaway.listening(int(port), host):
-            host, port = "127.0.0.1", str(_own_broker(cleanup))
+            own_port = _start_own(
+                cleanup,
+                throwaway.mosquitto_binary(),
+                throwaway.INSTALL_MOSQUITTO,
+                throwaway.OwnBroker,
+                "no MQTT broker at 127.0.0.1:1883: started mosquitto on 127.0.0.1:{port}"
+                " (stopped at the end)",
+            )
+            host, port = "127.0.0.1", str(own_port)
         _demo(obj, host, int(port), seconds, keep, web, web_host, web_port)
     finally:
         for undo in reversed(cleanup):
@@ -100,44 +122,32 @@ def _listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _throwaway_postgres(cleanup: list[Callable[[], None]]) -> str:
+def _unavailable(why: object) -> NoReturn:
+    click.echo(f"edge-agent ledger demo: {why}", err=True)
+    sys.exit(EX_UNAVAILABLE)
+
+
+def _start_own(
+    cleanup: list[Callable[[], None]],
+    found: B | None,
+    install: str,
+    make: Callable[[B], throwaway.OwnPart[R]],
+    started: str,
+) -> R:
+    """Start a part of the demo's own from what was `found` (else: exit 69 saying what to `install`),
+    stopped at the end; say it `started` (a text with its {port}); exit 69 when it does not start."""
     from agent.cli.ledger import throwaway
 
-    bindir = throwaway.pg_binaries()
-    if bindir is None:
-        click.echo(f"edge-agent ledger demo: {throwaway.INSTALL_POSTGRES}", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    pg = throwaway.ThrowawayPostgres(bindir)
-    cleanup.append(pg.destroy)
+    if found is None:
+        _unavailable(install)
+    part = make(found)
+    cleanup.append(part.stop)
     try:
-        dsn = pg.start()
+        got = part.start()
     except throwaway.Unavailable as exc:
-        click.echo(f"edge-agent ledger demo: {exc}", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    click.echo(
-        f"no PostgreSQL configured: started a throwaway one on 127.0.0.1:{pg.port} (removed at the end)"
-    )
-    return dsn
-
-
-def _own_broker(cleanup: list[Callable[[], None]]) -> int:
-    from agent.cli.ledger import throwaway
-
-    binary = throwaway.mosquitto_binary()
-    if binary is None:
-        click.echo(f"edge-agent ledger demo: {throwaway.INSTALL_MOSQUITTO}", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    broker = throwaway.OwnBroker(binary)
-    cleanup.append(broker.stop)
-    try:
-        port = broker.start()
-    except throwaway.Unavailable as exc:
-        click.echo(f"edge-agent ledger demo: {exc}", err=True)
-        sys.exit(EX_UNAVAILABLE)
-    click.echo(
-        f"no MQTT broker at 127.0.0.1:1883: started mosquitto on 127.0.0.1:{port} (stopped at the end)"
-    )
-    return port
+        _unavailable(exc)
+    click.echo(started.format(port=part.port))
+    return got
 
 
 def _demo(
@@ -156,8 +166,7 @@ def _demo(
 
     why = demo_run.broker_reachable(host, port)
     if why is not None:
-        click.echo(f"edge-agent ledger demo: {why}: start one (e.g. mosquitto) or give --mqtt", err=True)
-        sys.exit(EX_UNAVAILABLE)
+        _unavailable(f"{why}: start one (e.g. mosquitto) or give --mqtt")
 
     async def migrate() -> None:
         conn = await obj.open(migrate=True)

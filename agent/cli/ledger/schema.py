@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
+from agent.cli.context import EX_UNAVAILABLE
 from agent.cli.ledger.context import LedgerContext, run_ledger
 
 
@@ -44,16 +46,24 @@ def migrate_cmd(obj: LedgerContext) -> None:
 
 @click.command("check")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: schema version, server, replication.")
+@click.option(
+    "--require-sync-standby",
+    is_flag=True,
+    help="Exit 69 unless a synchronous standby streams (what `require_sync_standby: true` needs).",
+)
 @click.pass_obj
-def check_cmd(obj: LedgerContext, as_json: bool) -> None:
+def check_cmd(obj: LedgerContext, as_json: bool, require_sync_standby: bool) -> None:
     """Exit 0 when the schema is this program's latest; 74 while a migration is pending (or newer).
     Also says which server the DSN reached and its replication state (synchronous_standby_names,
     synchronous_commit, the standbys in pg_stat_replication): ledger.md section 7.
 
     \b
       edge-agent ledger check || edge-agent ledger migrate
+      edge-agent ledger check --require-sync-standby   # before a rollout with require_sync_standby
 
-    Exit 0 up to date, 69 PostgreSQL unreachable, 74 a migration is pending or the schema is newer.
+    Exit 0 up to date, 69 PostgreSQL unreachable (or, with --require-sync-standby, no synchronous
+    standby streaming: a ledger with `require_sync_standby: true` would acknowledge nothing),
+    74 a migration is pending or the schema is newer.
     """
     from agent.ledger import failover, migrations
     from agent.ledger.writer import conn_info
@@ -69,6 +79,14 @@ def check_cmd(obj: LedgerContext, as_json: bool) -> None:
     version = len(migrations.migrations())
     if as_json:
         click.echo(json.dumps({"schema_version": version, "server": server, "replication": state.as_json()}))
-        return
-    click.echo(f"ledger schema is at version {version}")
-    click.echo(f"replication on {server}: {state.describe()}")
+    else:
+        click.echo(f"ledger schema is at version {version}")
+        click.echo(f"replication on {server}: {state.describe()}")
+    if require_sync_standby and not state.sync_ok:
+        click.echo(
+            f"edge-agent ledger: {server} has no synchronous standby streaming; with require_sync_standby"
+            " the ledger would acknowledge nothing (grant pg_monitor to the ledger's role if standbys are"
+            " listed as async)",
+            err=True,
+        )
+        sys.exit(EX_UNAVAILABLE)

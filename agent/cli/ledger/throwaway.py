@@ -4,6 +4,9 @@ Mosquitto, both on free loopback ports in a temporary directory, removed when th
 Only when nothing is configured: a DSN (--dsn, EDGE_LEDGER_DSN) or a libpq variable (PGHOST,
 PGPORT, PGDATABASE, PGSERVICE, ...) means the user's PostgreSQL is the one to use; an explicit
 --mqtt means that broker. When a part is missing the demo says what to install.
+
+The tests and the benches start their PostgreSQL clusters with the same parts (tests/ledger/pgcluster.py):
+`pg_binaries`, `server_user`, `run_as`, `initdb`, `free_port` and `listening` are theirs too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Protocol, TypeVar
 
+R_co = TypeVar("R_co", covariant=True)
 PG_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGSERVICE", "PGUSER")
 INSTALL_POSTGRES = (
     "no PostgreSQL is configured (--dsn, EDGE_LEDGER_DSN or PGHOST/PGDATABASE...) and the PostgreSQL "
@@ -30,7 +35,7 @@ INSTALL_MOSQUITTO = (
 )
 
 
-class Unavailable(Exception):
+class Unavailable(RuntimeError):
     """A part the demo needs is missing; the message says what to install."""
 
 
@@ -50,17 +55,21 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def pg_binaries() -> Path | None:
+def pg_binaries(*first: str) -> Path | None:
+    """The folder holding initdb and pg_ctl (`first` folders tried before PATH and
+    /usr/lib/postgresql/*/bin, empty ones skipped), or None."""
+    candidates = list(first)
     found = shutil.which("initdb")
-    candidates = [str(Path(found).resolve().parent)] if found else []
+    if found:
+        candidates.append(str(Path(found).resolve().parent))
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
     for folder in candidates:
-        if (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
+        if folder and (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
             return Path(folder)
     return None
 
 
-def _server_user() -> str | None:
+def server_user() -> str | None:
     """PostgreSQL refuses to run as root: as root, run it as `postgres` (or `nobody`)."""
     if os.geteuid() != 0:
         return None
@@ -73,28 +82,59 @@ def _server_user() -> str | None:
     raise Unavailable("running as root and no unprivileged user (postgres, nobody) to run PostgreSQL")
 
 
+def run_as(
+    user: str | None, bindir: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """One PostgreSQL program of `bindir` (`args[0]`), as `user` when one is given (runuser)."""
+    cmd = [str(bindir / args[0]), *args[1:]]
+    if user is not None:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def own_directory(root: Path, user: str | None) -> None:
+    """Hand the temporary directory to the server's user (when it is not ourselves)."""
+    if user is not None:
+        info = pwd.getpwnam(user)
+        os.chown(root, info.pw_uid, info.pw_gid)
+        root.chmod(0o700)
+
+
+def initdb(user: str | None, bindir: Path, data: Path) -> subprocess.CompletedProcess[str]:
+    """A new cluster in `data`: superuser `postgres`, trust, UTF-8, no locale."""
+    return run_as(
+        user, bindir, "initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale"
+    )
+
+
+class OwnPart(Protocol[R_co]):
+    """A part the demo starts of its own: on a free loopback `port`, `start()` (Unavailable when
+    it does not), `stop()` stops it and removes its directory."""
+
+    port: int
+
+    def start(self) -> R_co: ...
+
+    def stop(self) -> None: ...
+
+
 class ThrowawayPostgres:
-    """initdb + pg_ctl in a temporary directory; `dsn` once started; `destroy` removes it all."""
+    """initdb + pg_ctl in a temporary directory; `start` gives its DSN; `stop` removes it all."""
 
     def __init__(self, bindir: Path) -> None:
         self.bindir = bindir
-        self.user = _server_user()
+        self.user = server_user()
         self.root = Path(tempfile.mkdtemp(prefix="edge-ledger-demo-pg-"))
         self.port = free_port()
         self.log = self.root / "server.log"
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [str(self.bindir / args[0]), *args[1:]]
-        if self.user is not None:
-            cmd = ["runuser", "-u", self.user, "--", *cmd]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        return run_as(self.user, self.bindir, *args)
 
     def start(self) -> str:
-        if self.user is not None:
-            info = pwd.getpwnam(self.user)
-            os.chown(self.root, info.pw_uid, info.pw_gid)
+        own_directory(self.root, self.user)
         data = str(self.root / "data")
-        made = self._run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-locale")
+        made = initdb(self.user, self.bindir, self.root / "data")
         if made.returncode != 0:
             raise Unavailable(f"initdb failed: {(made.stderr or made.stdout).strip()[-500:]}")
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root}"
@@ -105,7 +145,7 @@ class ThrowawayPostgres:
             raise Unavailable(f"the throwaway PostgreSQL did not start: {started.stderr.strip()[-500:]}")
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
-    def destroy(self) -> None:
+    def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -72,6 +72,19 @@ def limit_of(req: web.Request) -> int:
     return min(n, LIMIT_MAX_EXPORT if fmt in ("csv", "json") else LIMIT_MAX_PAGE)
 
 
+def listing(req: web.Request) -> tuple[int, str | None]:
+    """A list page's opening: how many rows, and `csv` or `json` when it is asked for as an export
+    (None: the HTML page)."""
+    limit = limit_of(req)
+    fmt = export_format(req)
+    return limit, fmt if fmt in ("csv", "json") else None
+
+
+def shown(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """The filters that are set, as they go back into links (the paging `before` left out)."""
+    return {k: v for k, v in filters.items() if k != "before" and v}
+
+
 def plain(value: Any) -> Any:
     """A database value as JSON holds it."""
     if isinstance(value, datetime):

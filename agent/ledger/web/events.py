@@ -16,7 +16,7 @@ from agent.ledger.web.common import (
     export_format,
     html_response,
     int_param,
-    limit_of,
+    listing,
     text_param,
     time_param,
 )
@@ -48,11 +48,10 @@ def _shown(f: dict[str, Any]) -> dict[str, Any]:
 
 async def events(request: web.Request) -> web.StreamResponse:
     f = event_filters(request)
-    limit = limit_of(request)
-    fmt = export_format(request)
+    limit, fmt = listing(request)
     async with request.app[POOL].reading() as conn:
         rows = await queries.fetch(conn, queries.events_sql(f), {**f, "limit": limit})
-    if fmt in ("csv", "json"):
+    if fmt:
         return export(rows, fmt, "events")
     shown = _shown(f)
     body_rows = [

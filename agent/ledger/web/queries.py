@@ -26,6 +26,21 @@ def _where(parts: list[LiteralString]) -> LiteralString:
     return (" WHERE " + " AND ".join(parts)) if parts else ""
 
 
+def _filtered(f: dict[str, Any], *clauses: tuple[str, LiteralString]) -> list[LiteralString]:
+    """The clauses (filter, SQL) whose filter `f` sets, in the order given."""
+    return [clause for key, clause in clauses if f.get(key)]
+
+
+def _review_state(f: dict[str, Any], arrival_id: LiteralString) -> list[LiteralString]:
+    """`state` open (no review mark yet) or reviewed (marked), of the arrival `arrival_id` names."""
+    marked: LiteralString = "EXISTS (SELECT 1 FROM review_mark m WHERE m.arrival_id = " + arrival_id + ")"
+    if f.get("state") == "open":
+        return ["NOT " + marked]
+    if f.get("state") == "reviewed":
+        return [marked]
+    return []
+
+
 # --- overview -------------------------------------------------------------------------------
 
 # The two big tables are counted exactly only while they are small; beyond EXACT_UP_TO rows the
@@ -76,17 +91,14 @@ _EVENT_COLUMNS: LiteralString = (
 
 def events_sql(f: dict[str, Any]) -> LiteralString:
     """Canonical events, newest first; with `gateway`, the events of that gateway's latest arrivals."""
-    where: list[LiteralString] = []
-    if f.get("source"):
-        where.append("c.source = %(source)s")
-    if f.get("transition"):
-        where.append("c.transition_id = %(transition)s")
-    if f.get("boot"):
-        where.append("c.boot_id = %(boot)s")
-    if f.get("since"):
-        where.append("c.source_ts >= %(since)s")
-    if f.get("until"):
-        where.append("c.source_ts < %(until)s")
+    where = _filtered(
+        f,
+        ("source", "c.source = %(source)s"),
+        ("transition", "c.transition_id = %(transition)s"),
+        ("boot", "c.boot_id = %(boot)s"),
+        ("since", "c.source_ts >= %(since)s"),
+        ("until", "c.source_ts < %(until)s"),
+    )
     if f.get("gateway"):
         where.append("a.gateway = %(gateway)s")
         if f.get("before") and f.get("before_at"):
@@ -131,17 +143,12 @@ EVENT_CONFLICTS: LiteralString = (
 
 
 def conflicts_sql(f: dict[str, Any]) -> LiteralString:
-    where: list[LiteralString] = []
-    if f.get("state") == "open":
-        where.append("NOT EXISTS (SELECT 1 FROM review_mark m WHERE m.arrival_id = x.arrival_id)")
-    elif f.get("state") == "reviewed":
-        where.append("EXISTS (SELECT 1 FROM review_mark m WHERE m.arrival_id = x.arrival_id)")
-    if f.get("source"):
-        where.append("c.source = %(source)s")
-    if f.get("gateway"):
-        where.append("a.gateway = %(gateway)s")
-    if f.get("before"):
-        where.append("x.arrival_id < %(before)s")
+    where = _review_state(f, "x.arrival_id") + _filtered(
+        f,
+        ("source", "c.source = %(source)s"),
+        ("gateway", "a.gateway = %(gateway)s"),
+        ("before", "x.arrival_id < %(before)s"),
+    )
     return (
         "SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id, c.boot_id,"
         " c.payload AS canonical_payload, c.payload_hash AS canonical_hash, c.source_ts AS canonical_ts,"
@@ -160,17 +167,12 @@ def conflicts_sql(f: dict[str, Any]) -> LiteralString:
 
 
 def pending_sql(f: dict[str, Any]) -> LiteralString:
-    where: list[LiteralString] = []
-    if f.get("state") == "open":
-        where.append("NOT EXISTS (SELECT 1 FROM review_mark m WHERE m.arrival_id = p.arrival_id)")
-    elif f.get("state") == "reviewed":
-        where.append("EXISTS (SELECT 1 FROM review_mark m WHERE m.arrival_id = p.arrival_id)")
-    if f.get("source"):
-        where.append("a.source = %(source)s")
-    if f.get("gateway"):
-        where.append("a.gateway = %(gateway)s")
-    if f.get("before"):
-        where.append("p.arrival_id < %(before)s")
+    where = _review_state(f, "p.arrival_id") + _filtered(
+        f,
+        ("source", "a.source = %(source)s"),
+        ("gateway", "a.gateway = %(gateway)s"),
+        ("before", "p.arrival_id < %(before)s"),
+    )
     return (
         "SELECT a.id AS arrival_id, a.source, a.transition_id, a.boot_id, a.source_ts,"
         " a.gateway_arrival_at, a.received_at, a.gateway, a.via, a.line, a.reason, a.raw"
@@ -203,13 +205,9 @@ DEVICE_ANOMALIES: LiteralString = (
 
 
 def notifications_sql(f: dict[str, Any]) -> LiteralString:
-    where: list[LiteralString] = []
-    if f.get("state"):
-        where.append("n.state = %(state)s")
-    if f.get("kind"):
-        where.append("n.kind = %(kind)s")
-    if f.get("before"):
-        where.append("n.id < %(before)s")
+    where = _filtered(
+        f, ("state", "n.state = %(state)s"), ("kind", "n.kind = %(kind)s"), ("before", "n.id < %(before)s")
+    )
     return (
         "SELECT n.id, n.canonical_id, n.kind, n.url, n.state, n.attempts, n.max_attempts, n.last_error,"
         " n.sent_at, n.visible_at, n.created_at, n.idempotency_key FROM notification n"

@@ -12,10 +12,10 @@ from agent.ledger.web.common import (
     POOL,
     as_json,
     export,
-    export_format,
     html_response,
     int_param,
-    limit_of,
+    listing,
+    shown,
     text_param,
 )
 from agent.ledger.web.forms import retry_form, sign_in_hint
@@ -53,8 +53,7 @@ def _what(r: dict[str, Any]) -> Markup:
 
 async def timeline(request: web.Request) -> web.StreamResponse:
     device = text_param(request, "device")
-    limit = limit_of(request)
-    fmt = export_format(request)
+    limit, fmt = listing(request)
     async with request.app[POOL].reading() as conn:
         devices = await queries.fetch(conn, queries.DEVICES, {"limit": 500})
         rows: list[dict[str, Any]] = []
@@ -64,7 +63,7 @@ async def timeline(request: web.Request) -> web.StreamResponse:
                 await queries.fetch(conn, queries.DEVICE_BOOTS, params),
                 await queries.fetch(conn, queries.DEVICE_ANOMALIES, params),
             )
-    if fmt in ("csv", "json"):
+    if fmt:
         return export(rows if device else devices, fmt, "timeline")
     dev_rows = [
         [link(url("/timeline", {"device": d["device"]}), d["device"]), d["boots"], d["last_boot"]]
@@ -107,14 +106,13 @@ async def notifications(request: web.Request) -> web.StreamResponse:
         "kind": text_param(request, "kind"),
         "before": int_param(request, "before"),
     }
-    limit = limit_of(request)
-    fmt = export_format(request)
+    limit, fmt = listing(request)
     async with request.app[POOL].reading() as conn:
         rows = await queries.fetch(conn, queries.notifications_sql(f), {**f, "limit": limit})
         counts = await notification_counts(conn)
-    if fmt in ("csv", "json"):
+    if fmt:
         return export(rows, fmt, "notifications")
-    shown = {k: v for k, v in f.items() if k != "before" and v}
+    links = shown(f)
     by_state = tag(
         "p",
         *(
@@ -141,7 +139,7 @@ async def notifications(request: web.Request) -> web.StreamResponse:
     more = None
     if len(rows) == limit and rows:
         more = tag(
-            "p", link(url("/notifications", {**shown, "before": rows[-1]["id"]}), "older"), class_="more"
+            "p", link(url("/notifications", {**links, "before": rows[-1]["id"]}), "older"), class_="more"
         )
     parts = [
         by_state,
@@ -155,7 +153,7 @@ async def notifications(request: web.Request) -> web.StreamResponse:
         sign_in_hint(request)
         if any(n["state"] == "dead" for n in rows) and not _signed_in(request)
         else None,
-        exports("/notifications", shown),
+        exports("/notifications", links),
     ]
     return html_response(page("Notifications", *parts, active="/notifications"))
 

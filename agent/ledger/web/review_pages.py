@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, LiteralString
 
 from aiohttp import web
 
@@ -13,11 +14,11 @@ from agent.ledger.web.common import (
     POOL,
     as_json,
     export,
-    export_format,
     html_response,
     int_param,
-    limit_of,
+    listing,
     plain,
+    shown,
     text_param,
 )
 from agent.ledger.web.forms import mark_form
@@ -103,99 +104,106 @@ def _marks(ms: list[dict[str, Any]]) -> list[Markup]:
 def _more(path: str, f: dict[str, Any], rows: list[dict[str, Any]], limit: int) -> Markup | None:
     if len(rows) < limit or not rows:
         return None
-    shown = {k: v for k, v in f.items() if k != "before" and v}
-    return tag("p", link(url(path, {**shown, "before": rows[-1]["arrival_id"]}), "older"), class_="more")
+    return tag("p", link(url(path, {**shown(f), "before": rows[-1]["arrival_id"]}), "older"), class_="more")
+
+
+async def _review_list(
+    request: web.Request,
+    path: str,
+    title: str,
+    sql_of: Callable[[dict[str, Any]], LiteralString],
+    intro: list[Markup],
+    empty: str,
+    entry: Callable[[dict[str, Any]], list[Markup]],
+) -> web.StreamResponse:
+    """A page of arrivals waiting for a person (conflicts, pending): the filters, each arrival's
+    `entry` with its review marks and the form to mark it, paging; or its export with the marks."""
+    f = _filters(request)
+    limit, fmt = listing(request)
+    async with request.app[POOL].reading() as conn:
+        rows = await queries.fetch(conn, sql_of(f), {**f, "limit": limit})
+        marks = await review.marks_of(conn, [r["arrival_id"] for r in rows])
+    if fmt:
+        return export([{**r, "marks": marks.get(r["arrival_id"], [])} for r in rows], fmt, path[1:])
+    parts: list[Any] = [
+        *intro,
+        filter_form(
+            path,
+            [
+                ("state", "state", f["state"]),
+                ("source", "source", f["source"]),
+                ("gateway", "gateway", f["gateway"]),
+            ],
+            {"state": STATES},
+        ),
+    ]
+    if not rows:
+        parts.append(tag("p", empty, class_="empty"))
+    for r in rows:
+        parts += [*entry(r), *_marks(marks.get(r["arrival_id"], [])), mark_form(request, r["arrival_id"])]
+    parts += [_more(path, f, rows, limit), exports(path, shown(f))]
+    return html_response(page(title, *parts, active=path))
+
+
+def _conflict(r: dict[str, Any]) -> list[Markup]:
+    return [
+        tag(
+            "h2",
+            link(f"/events/{r['canonical_id']}", f"{r['source']}  {r['transition_id']} / {r['boot_id']}"),
+            id=f"a{r['arrival_id']}",
+        ),
+        side_by_side(r),
+    ]
+
+
+def _pending(r: dict[str, Any]) -> list[Markup]:
+    where = f"line {r['line']} of " if r["line"] is not None else ""
+    return [
+        tag("h2", f"Arrival {r['arrival_id']}", id=f"a{r['arrival_id']}"),
+        tag(
+            "p",
+            "from ",
+            link(url("/pending", {"gateway": r["gateway"]}), r["gateway"]),
+            f" ({where}{r['via']}), arrivalAt ",
+            esc(r["gateway_arrival_at"]),
+            "; source ",
+            esc(r["source"]),
+            ", transitionId ",
+            esc(r["transition_id"]),
+            ", bootId ",
+            esc(r["boot_id"]),
+        ),
+        tag("p", tag("strong", "Why: "), esc(r["reason"])),
+        tag("p", tag("strong", "Raw evidence, as it arrived:")),
+        pre(bytes(r["raw"]).decode("utf-8", "backslashreplace")),
+    ]
 
 
 async def conflicts(request: web.Request) -> web.StreamResponse:
-    f = _filters(request)
-    limit = limit_of(request)
-    fmt = export_format(request)
-    async with request.app[POOL].reading() as conn:
-        rows = await queries.fetch(conn, queries.conflicts_sql(f), {**f, "limit": limit})
-        marks = await review.marks_of(conn, [r["arrival_id"] for r in rows])
-    if fmt in ("csv", "json"):
-        return export([{**r, "marks": marks.get(r["arrival_id"], [])} for r in rows], fmt, "conflicts")
-    shown = {k: v for k, v in f.items() if k != "before" and v}
-    parts: list[Any] = [
-        filter_form(
-            "/conflicts",
-            [
-                ("state", "state", f["state"]),
-                ("source", "source", f["source"]),
-                ("gateway", "gateway", f["gateway"]),
-            ],
-            {"state": STATES},
-        )
-    ]
-    if not rows:
-        parts.append(tag("p", "No conflicts with these filters.", class_="empty"))
-    for r in rows:
-        parts += [
-            tag(
-                "h2",
-                link(f"/events/{r['canonical_id']}", f"{r['source']}  {r['transition_id']} / {r['boot_id']}"),
-                id=f"a{r['arrival_id']}",
-            ),
-            side_by_side(r),
-            *_marks(marks.get(r["arrival_id"], [])),
-            mark_form(request, r["arrival_id"]),
-        ]
-    parts += [_more("/conflicts", f, rows, limit), exports("/conflicts", shown)]
-    return html_response(page("Conflicts", *parts, active="/conflicts"))
+    return await _review_list(
+        request,
+        "/conflicts",
+        "Conflicts",
+        queries.conflicts_sql,
+        [],
+        "No conflicts with these filters.",
+        _conflict,
+    )
 
 
 async def pending(request: web.Request) -> web.StreamResponse:
-    f = _filters(request)
-    limit = limit_of(request)
-    fmt = export_format(request)
-    async with request.app[POOL].reading() as conn:
-        rows = await queries.fetch(conn, queries.pending_sql(f), {**f, "limit": limit})
-        marks = await review.marks_of(conn, [r["arrival_id"] for r in rows])
-    if fmt in ("csv", "json"):
-        return export([{**r, "marks": marks.get(r["arrival_id"], [])} for r in rows], fmt, "pending")
-    shown = {k: v for k, v in f.items() if k != "before" and v}
-    parts: list[Any] = [
-        tag(
-            "p",
-            "Identity-incomplete arrivals: kept, never merged, no boot id made up for them."
-            " They wait for a person.",
-            class_="hint",
-        ),
-        filter_form(
-            "/pending",
-            [
-                ("state", "state", f["state"]),
-                ("source", "source", f["source"]),
-                ("gateway", "gateway", f["gateway"]),
-            ],
-            {"state": STATES},
-        ),
-    ]
-    if not rows:
-        parts.append(tag("p", "Nothing pending with these filters.", class_="empty"))
-    for r in rows:
-        where = f"line {r['line']} of " if r["line"] is not None else ""
-        parts += [
-            tag("h2", f"Arrival {r['arrival_id']}", id=f"a{r['arrival_id']}"),
-            tag(
-                "p",
-                "from ",
-                link(url("/pending", {"gateway": r["gateway"]}), r["gateway"]),
-                f" ({where}{r['via']}), arrivalAt ",
-                esc(r["gateway_arrival_at"]),
-                "; source ",
-                esc(r["source"]),
-                ", transitionId ",
-                esc(r["transition_id"]),
-                ", bootId ",
-                esc(r["boot_id"]),
-            ),
-            tag("p", tag("strong", "Why: "), esc(r["reason"])),
-            tag("p", tag("strong", "Raw evidence, as it arrived:")),
-            pre(bytes(r["raw"]).decode("utf-8", "backslashreplace")),
-            *_marks(marks.get(r["arrival_id"], [])),
-            mark_form(request, r["arrival_id"]),
-        ]
-    parts += [_more("/pending", f, rows, limit), exports("/pending", shown)]
-    return html_response(page("Pending", *parts, active="/pending"))
+    hint = tag(
+        "p",
+        "Identity-incomplete arrivals: kept, never merged, no boot id made up for them."
+        " They wait for a person.",
+        class_="hint",
+    )
+    return await _review_list(
+        request,
+        "/pending",
+        "Pending",
+        queries.pending_sql,
+        [hint],
+        "Nothing pending with these filters.",
+        _pending,
+    )

@@ -45,6 +45,7 @@ from agent.sources.opcua.alarms import AlarmLink, ua
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
 from agent.sources.opcua.session import (
+    channel_refusal,
     link_errors,
     namespace_index,
     new_client,
@@ -118,7 +119,10 @@ class OpcUaSource:
         self.pending = None  # a read of the last session is not judged in this one
         self._same = None
         client = self.client = new_client(self.conn, self.lost)
-        with link_errors("refused", "cannot connect", "an answer", self.conn.max_message_size):
+        with (
+            link_errors("refused", "cannot connect", "an answer", self.conn.max_message_size),
+            channel_refusal(self.conn),
+        ):
             async with asyncio.timeout(timeout):
                 await secure(client, self.conn)
             async with asyncio.timeout(timeout):

@@ -101,6 +101,31 @@ def link_errors(refused: str, failed: str, answer: str, max_message_size: int) -
         raise SourceUnavailable(f"{refused}: {answer} cannot be decoded ({undecodable(exc)})") from exc
 
 
+@contextlib.contextmanager
+def channel_refusal(conn: OpcUa) -> Iterator[None]:
+    """A server that will not open the secure channel as SourceUnavailable naming our certificate.
+
+    node-opcua, when it does not trust the client's certificate, files it under rejected/ and
+    closes the connection; asyncua (1.1) then ends OpenSecureChannel on a bare AssertionError,
+    with no status (tests/integration/test_opcua_node_peer.py).
+    """
+    try:
+        yield
+    except AssertionError as exc:
+        if not raised_in_asyncua(exc):
+            raise
+        ours = ""
+        if not conn.security.insecure and conn.security.certificate:
+            cert = describe(read_certificate(Path(conn.security.certificate)))
+            ours = f" ({cert.subject}, thumbprint {cert.thumbprint})"
+        raise SourceUnavailable(
+            "refused: the server closed the connection instead of opening the secure channel (no"
+            f" status given). A server that does not trust the agent's certificate{ours} does so:"
+            " add it to the server's trusted certificates (many servers file it under rejected/"
+            " until an administrator moves it)"
+        ) from exc
+
+
 async def namespace_index(client: Any, uri: str) -> int:
     """The index of the configured namespace URI in the server's namespace array; a URI the
     server does not serve is named with the array it does serve (not asyncua's "not in list")."""
