@@ -33,21 +33,23 @@ from __future__ import annotations
 import asyncio
 import operator
 import sqlite3
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from agent.core.records import Entry
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered
-from agent.store.connection import WriterConnection, on_thread
+from agent.store.connection import WriterConnection
 from agent.store.outbox_counts import UpstreamCounts, upstream_counts
-from agent.store.outbox_head import Claimed, ids_json, read_head
+from agent.store.outbox_head import Claimed, ids_json, read_head, read_head_on
 
 _DELIVERED = (
     "UPDATE outbox SET state = 'delivered', sent_at = ?"
     " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'"
 )
-HANDOFF_S = 0.005  # at most this long the event loop waits for the settle's first statement to begin
+_ATTEMPTS_RANGE = (
+    "UPDATE outbox SET attempts = attempts + 1"
+    " WHERE upstream = ? AND state = 'pending' AND outbox_id BETWEEN ? AND ?"
+)
 
 MAX_ERROR_CHARS = 500
 
@@ -91,11 +93,13 @@ class Outbox:
         return Claimed(rows, records)
 
     async def settle(self, results: Results, now: str) -> None:
-        """Record the outcome of every (outbox_id, outcome) of one batch in one transaction.
-        The delivered rows (most of a batch) are one statement over the list of their ids."""
+        """Record the outcome of every (outbox_id, outcome) of one batch in one transaction, in one
+        trip to the store's thread. The delivered rows (most of a batch) are one statement over the
+        list of their ids."""
         store = self.store
-        async with store.lock, store.transaction():
-            await self._settle(results, now)
+        plan = _plan(results)
+        async with store.lock:
+            await store.transact(lambda conn: _settle_on(conn, plan, now))
 
     async def settle_and_claim_prepared(
         self,
@@ -114,38 +118,49 @@ class Outbox:
         read first in the transaction, handed to `prepare`, and returned with its result once the
         transaction is committed. Nothing may be sent before this returns (the attempts are
         committed only then); when the transaction fails, the error is raised and what `prepare`
-        made must be thrown away. `prepare` must yield now and then (`await asyncio.sleep(0)`),
-        else the store's statements wait for it."""
+        made must be thrown away. `prepare` should yield now and then (`await asyncio.sleep(0)`),
+        so the store's thread gets the interpreter lock between its statements.
+
+        The whole transaction is one trip to the store's thread (BEGIN, the head query, the
+        outcomes, the attempts, COMMIT), so no statement waits for a turn of the loop to be queued:
+        the rows read are handed to the loop once the outcomes' UPDATE has begun (it then runs
+        beside `prepare`, without the interpreter lock), and the attempts and the COMMIT follow it
+        on the thread."""
         store = self.store
+        loop = asyncio.get_running_loop()
+        read: asyncio.Future[Claimed] = loop.create_future()
+        plan = _plan(results)
+
+        def hand(rows: list[Any], records: dict[str, dict[int, Any]]) -> None:  # on the loop
+            if not read.done():
+                read.set_result(Claimed(rows, records))
+
+        def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
+            rows, records = read_head_on(conn, upstream, limit, after)
+            # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
+            # once the statement runs, which it does without the interpreter lock): handed before
+            # it, the thread would wait for the lock while the loop works on the rows.
+            handed: list[bool] = []
+
+            def handover(_: str) -> None:
+                if not handed:
+                    handed.append(True)
+                    loop.call_soon_threadsafe(hand, rows, records)
+
+            conn.set_trace_callback(handover)
+            try:
+                _settle_on(conn, plan, now)
+            finally:
+                conn.set_trace_callback(None)
+                handover("")  # no statement ran (nothing to settle): hand the rows over now
+            if rows:
+                # The rows read are every pending row of `upstream` from the first to the last of
+                # them: this transaction holds the write lock since before the read, and the
+                # settle above changes only rows up to `after`.
+                conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0]))
+
         async with store.lock:
-            read: asyncio.Future[Claimed] = asyncio.get_running_loop().create_future()
-
-            async def write() -> None:
-                async with store.transaction():
-                    rows, records = await read_head(self.store.db, upstream, limit, after)
-                    # The outcomes are written on the store's thread while the rows read become
-                    # entries here (the task's first statement is queued before they are built).
-                    started = threading.Event()
-                    settling = asyncio.ensure_future(self._settle(results, now, started))
-                    try:
-                        await asyncio.sleep(0)
-                        entries = Claimed(rows, records)
-                        # The interpreter lock handed to the store's thread until its first statement
-                        # has begun (it lets the lock go while SQLite steps): else it waits for the
-                        # lock until the rows are encoded, the loop taking it back at every turn.
-                        started.wait(HANDOFF_S)
-                        del rows, records
-                        read.set_result(entries)
-                    finally:
-                        await settling
-                    if entries:
-                        # The rows read are every pending row of `upstream` from the first to the
-                        # last of them: this transaction holds the write lock since before the read,
-                        # and the settle above changes only rows up to `after`.
-                        first, last = entries[0].outbox_id, entries[-1].outbox_id
-                        await self._count_attempts_range(upstream, first, last)
-
-            task = asyncio.create_task(write(), name=f"settle[{upstream}]")
+            task = asyncio.ensure_future(store.transact(cycle))
             prepared: T | None = None
             try:
                 waits: set[asyncio.Future[Any]] = {read, task}
@@ -165,59 +180,6 @@ class Outbox:
             " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'",
             (ids_json(ids),),
         )
-
-    async def _count_attempts_range(self, upstream: str, first: int, last: int) -> None:
-        """Inside the lock and the transaction that read them: `attempts + 1` for the rows read,
-        which are exactly the pending rows of `upstream` with ids from `first` to `last`."""
-        await self.store.db.execute(
-            "UPDATE outbox SET attempts = attempts + 1"
-            " WHERE upstream = ? AND state = 'pending' AND outbox_id BETWEEN ? AND ?",
-            (upstream, first, last),
-        )
-
-    async def _settle(self, results: Results, now: str, started: threading.Event | None = None) -> None:
-        """Inside the lock and a transaction: write each row's outcome. `started` is set once the
-        first statement has begun on the store's thread (or when there is none)."""
-        if isinstance(results, BatchOutcomes):
-            ids, outcomes = results
-        else:
-            ids, outcomes = list(map(_first, results)), list(map(_second, results))
-        refused: list[tuple[str, int]] = []
-        retried: list[tuple[str, int]] = []
-        if all_delivered(outcomes):  # the common batch: no per-row test
-            delivered = ids
-        else:
-            pairs = list(zip(ids, outcomes, strict=True))
-            delivered = [oid for oid, oc in pairs if oc.verdict is Verdict.DELIVERED]
-            refused = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.REJECTED]
-            retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
-        db = self.store.db
-        if delivered:
-            params = (now, ids_json(delivered))
-
-            def deliver(conn: sqlite3.Connection) -> None:
-                if started is None:
-                    conn.execute(_DELIVERED, params)
-                    return
-                # Set from inside SQLite's step, once the statement runs (without the lock).
-                conn.set_trace_callback(lambda _: started.set())
-                try:
-                    conn.execute(_DELIVERED, params)
-                finally:
-                    conn.set_trace_callback(None)
-                    started.set()
-
-            await on_thread(db, deliver)
-        elif started is not None:
-            started.set()
-        if refused:
-            await db.executemany(
-                "UPDATE outbox SET state = 'rejected', last_error = ?"
-                " WHERE outbox_id = ? AND state = 'pending'",
-                refused,
-            )
-        if retried:
-            await db.executemany("UPDATE outbox SET last_error = ? WHERE outbox_id = ?", retried)
 
     async def last_pending_id(self, upstream: str) -> int:
         """The newest pending row's id (0 when none): the end of the backlog right now."""
@@ -264,6 +226,41 @@ class Outbox:
         async with self.store.lock, self.store.transaction():
             cur = await self.store.db.execute(sql, params)
             return int(cur.rowcount)
+
+
+class _Plan(NamedTuple):
+    """One batch's outcomes as the settle's statements take them (made on the loop)."""
+
+    delivered: str | None  # the delivered rows' ids as a JSON array
+    refused: list[tuple[str, int]]  # (error, outbox id)
+    retried: list[tuple[str, int]]
+
+
+def _plan(results: Results) -> _Plan:
+    if isinstance(results, BatchOutcomes):
+        ids, outcomes = results
+    else:
+        ids, outcomes = list(map(_first, results)), list(map(_second, results))
+    if all_delivered(outcomes):  # the common batch: no per-row test
+        return _Plan(ids_json(ids) if ids else None, [], [])
+    pairs = list(zip(ids, outcomes, strict=True))
+    delivered = [oid for oid, oc in pairs if oc.verdict is Verdict.DELIVERED]
+    refused = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.REJECTED]
+    retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
+    return _Plan(ids_json(delivered) if delivered else None, refused, retried)
+
+
+def _settle_on(conn: sqlite3.Connection, plan: _Plan, now: str) -> None:
+    """On the store's thread, inside the lock and a transaction: write each row's outcome."""
+    if plan.delivered is not None:
+        conn.execute(_DELIVERED, (now, plan.delivered))
+    if plan.refused:
+        conn.executemany(
+            "UPDATE outbox SET state = 'rejected', last_error = ? WHERE outbox_id = ? AND state = 'pending'",
+            plan.refused,
+        )
+    if plan.retried:
+        conn.executemany("UPDATE outbox SET last_error = ? WHERE outbox_id = ?", plan.retried)
 
 
 def _scope(upstream: str | None, ids: Sequence[int]) -> tuple[str, list[Any]]:

@@ -8,6 +8,7 @@ the store's lock (and counts the attempts in the same transaction).
 from __future__ import annotations
 
 import operator
+import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
@@ -15,6 +16,7 @@ import aiosqlite
 
 from agent.core.basis import IdentityBasis
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
+from agent.store.connection import on_thread
 
 # The queue head through the outbox_pending(upstream, state, outbox_id) index, with each
 # transition's record (most rows) by primary key in the same statement; the other kinds'
@@ -44,8 +46,15 @@ async def read_head(
     db: aiosqlite.Connection, upstream: str, limit: int, after: int
 ) -> tuple[list[Any], dict[str, dict[int, Any]]]:
     """Inside the store's lock: the queue head's rows, and the records of the rows that are not
-    transitions by table and id (for `Claimed`)."""
-    rows = list(await db.execute_fetchall(_HEAD, (upstream, after, limit)))
+    transitions by table and id (for `Claimed`); one trip to the store's thread (`read_head_on`)."""
+    return await on_thread(db, lambda conn: read_head_on(conn, upstream, limit, after))
+
+
+def read_head_on(
+    conn: sqlite3.Connection, upstream: str, limit: int, after: int
+) -> tuple[list[Any], dict[str, dict[int, Any]]]:
+    """`read_head` on the store's thread (its sqlite3 connection)."""
+    rows = conn.execute(_HEAD, (upstream, after, limit)).fetchall()
     records: dict[str, dict[int, Any]] = {}
     if not rows or set(map(_second, rows)) == {None}:  # the common read: all transitions
         return rows, records
@@ -55,7 +64,7 @@ async def read_head(
             wanted.setdefault(_TABLE_OF.get(r[1], r[1]), []).append(r[3])
     for table, refs in wanted.items():
         sql = _RECORDS.get(table)
-        found = await db.execute_fetchall(sql, (ids_json(refs),)) if sql is not None else []
+        found = conn.execute(sql, (ids_json(refs),)).fetchall() if sql is not None else []
         records[table] = {rec[0]: rec for rec in found}
     return rows, records
 

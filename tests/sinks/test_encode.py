@@ -257,6 +257,13 @@ def test_a_batch_body_is_a_json_array_of_the_same_events() -> None:
     assert json.loads(batch_body(evs)) == [json.loads(e.body) for e in evs]
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 500])
+def test_a_batch_body_is_the_event_bodies_joined_by_commas_in_brackets(n: int) -> None:
+    # The bytes exactly (a receiver may hash the body): no space, no newline, in order.
+    evs = [_ev(f"D{i}/x") for i in range(n)]
+    assert batch_body(evs) == b"[" + b",".join(e.body for e in evs) + b"]"
+
+
 def _incomplete(arrival_id: int) -> Entry:
     rec = IdentityIncomplete(
         arrival_id, "PUMP-07/Trip", "T5", None, None, "2026-04-22T09:00:00.000Z", "r", "{}"

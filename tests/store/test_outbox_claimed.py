@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
 from agent.core.records import Entry
 from agent.core.send_outcome import DELIVERED, rejected
-from agent.store import outbox as outbox_module
 from agent.store.connection import on_thread
 from agent.store.store import Store
 
@@ -125,15 +125,12 @@ async def test_rows_claimed_with_a_settle_and_never_settled_go_out_again_with_th
     assert [(e.outbox_id, e.attempt) for e in head] == [(again[0].outbox_id, 3)]
 
 
-async def test_the_settle_runs_on_the_store_thread_when_prepare_begins(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_settle_runs_on_the_store_thread_when_prepare_begins(tmp_path: Path) -> None:
     # `prepare` (the forwarder's encoder) keeps the loop busy, with a turn of the loop now and
-    # then; the outcomes' UPDATE is handed the interpreter lock first, so that it is running on the
-    # store's thread when `prepare` begins (it waited for the lock until `prepare` ended: the loop
-    # took it back at every turn). Batches of 4,000 rows, so the UPDATE lasts; the wait for it
-    # made long, so a loaded machine does not end it first.
-    monkeypatch.setattr(outbox_module, "HANDOFF_S", 2.0)
+    # then; the outcomes' UPDATE is already running on the store's thread when `prepare` begins
+    # (the thread hands the rows read to the loop and goes on to it at once; when it was queued from
+    # the loop instead, it waited for the interpreter lock until `prepare` ended, the loop taking
+    # it back at every turn). Batches of 4,000 rows, so the UPDATE lasts.
     path = tmp_path / "s.db"
     store = await Store.open(path)
     await store.register_upstreams([("central", "none")], AT)
@@ -165,6 +162,43 @@ async def test_the_settle_runs_on_the_store_thread_when_prepare_begins(
             after=first[-1].outbox_id,
             prepare=prepare,
         )
-        assert "deliver" in seen, seen
+        assert "_settle_on" in seen, seen
         first = list(nxt)
     await store.close()
+
+
+async def test_a_settle_and_the_claim_made_with_it_are_one_trip_to_the_store_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # BEGIN, the head query, the outcomes, the next rows' attempts and COMMIT run as one call on the
+    # store's thread: no statement of the transaction waits for a turn of the event loop to be
+    # queued. A settle alone is one trip as well.
+    path = tmp_path / "s.db"
+    store = await Store.open(path)
+    await store.register_upstreams([("central", "none")], AT)
+    await store.record([d(str(n)) for n in range(10)])
+    first = list(await store.outbox.claim("central", 3))
+    trips: list[Any] = []
+    run: Callable[..., Awaitable[Any]] = store.db._execute
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(fn)
+        return await run(fn, *args, **kwargs)
+
+    monkeypatch.setattr(store.db, "_execute", counted)
+    nxt, _ = await store.outbox.settle_and_claim_prepared(
+        [(e.outbox_id, DELIVERED) for e in first], AT, "central", 4, after=first[-1].outbox_id
+    )
+    assert len(trips) == 1
+    await store.outbox.settle([(nxt[0].outbox_id, rejected("HTTP 400")), (nxt[1].outbox_id, DELIVERED)], AT)
+    assert len(trips) == 2
+    monkeypatch.undo()
+    await store.close()
+    rows = outbox(path)
+    assert [rows[e.outbox_id][1:] for e in first] == [("delivered", 1)] * 3
+    assert [rows[e.outbox_id][1:] for e in nxt] == [
+        ("rejected", 1),
+        ("delivered", 1),
+        ("pending", 1),
+        ("pending", 1),
+    ]
