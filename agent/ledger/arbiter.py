@@ -55,7 +55,12 @@ ON CONFLICT ON CONSTRAINT canonical_event_key DO NOTHING
 RETURNING source, transition_id, boot_id, id, payload_hash
 """
 
-CANONICAL_IDS = "SELECT nextval(pg_get_serial_sequence('canonical_event', 'id')) FROM generate_series(1, %s)"
+# The sequence is looked up once per statement (a materialized CTE): `pg_get_serial_sequence`
+# in the select list was evaluated for every row drawn (its pg_depend scan cost more than nextval).
+CANONICAL_IDS = """
+WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence('canonical_event', 'id')::regclass AS seq)
+SELECT nextval(s.seq) FROM s, generate_series(1, %s)
+"""
 
 READ_CANONICAL = """
 SELECT c.source, c.transition_id, c.boot_id, c.id, c.payload_hash
@@ -63,7 +68,10 @@ FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(s, t, b)
 JOIN canonical_event c ON c.source = k.s AND c.transition_id = k.t AND c.boot_id = k.b
 """
 
-ARRIVAL_IDS = "SELECT nextval(pg_get_serial_sequence('arrival', 'id')) FROM generate_series(1, %s)"
+ARRIVAL_IDS = """
+WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence('arrival', 'id')::regclass AS seq)
+SELECT nextval(s.seq) FROM s, generate_series(1, %s)
+"""
 
 INSERT_CONFLICTS = """
 INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
@@ -118,9 +126,13 @@ def storable(arr: Arrival) -> Arrival:
     one in an id, its payload or a record's fields is `rejected` with that reason (its raw bytes
     are kept), and evidence text has it escaped. The SQLite store accepts such text; this is the
     one input on which the two differ."""
+    it = arr.item
+    if type(it) is Delivery and _NUL not in (
+        f"{arr.gateway}{arr.ce_id}{it.source}{it.transition_id}{it.boot_id}{it.payload_json}"
+    ):
+        return arr  # the common case, looked at in one piece
     gateway = arr.gateway.replace(_NUL, "\\u0000")
     ce = arr.ce_id.replace(_NUL, "\\u0000") if arr.ce_id else arr.ce_id
-    it = arr.item
     texts: tuple[str | None, ...] = ()
     if isinstance(it, Delivery):
         texts = (it.source, it.transition_id, it.boot_id, it.payload_json)

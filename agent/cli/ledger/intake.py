@@ -32,28 +32,47 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 
     Exit 0 every line stored, 69 PostgreSQL unreachable, 74 the ledger could not be written.
     """
-    from agent.cli.records import ImportTally, _json_results
+    import gc
+
+    from agent.cli.context import EX_FAILURE
+    from agent.cli.records import IMPORT_GC_THRESHOLD, ImportTally, _json_results
     from agent.ledger import arbiter
     from agent.ledger.arrivals import file_digest, from_import
-    from agent.sources.importer import read_batches
+    from agent.sources.parse_ahead import ParsedAhead, ParseProcessError
 
     tally = ImportTally()
 
     async def go() -> None:
         conn = await obj.open(migrate=True)
+        # From the second batch on, a file larger than about a megabyte is parsed by a second
+        # process (`agent.sources.parse_ahead`, as `edge-agent import` does) while this one
+        # arbitrates; a batch is taken from it once the batch before is committed. The young
+        # generation's collections wait for 10,000 allocations, as in `edge-agent import`: a
+        # batch's thousands of objects live until it is committed and go by reference counting.
         try:
-            digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
-            for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
-                arrivals = [from_import(it, gateway, digest) for it in batch.items]
-                outcomes = await arbiter.record(conn, arrivals)
-                if as_json:
-                    sys.stdout.write(_json_results(batch.lines, outcomes))
-                    sys.stdout.flush()
-                tally.add(batch.lines, outcomes)
+            batches = ParsedAhead(file, receiver=f"ledger-import:{gateway}")
+            thresholds = gc.get_threshold()
+            gc.set_threshold(IMPORT_GC_THRESHOLD, *thresholds[1:])
+            try:
+                digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
+                for batch in batches:
+                    arrivals = [from_import(it, gateway, digest) for it in batch.items]
+                    outcomes = await arbiter.record(conn, arrivals)
+                    if as_json:
+                        sys.stdout.write(_json_results(batch.lines, outcomes))
+                        sys.stdout.flush()
+                    tally.add(batch.lines, outcomes)
+            finally:
+                batches.close()
+                gc.set_threshold(*thresholds)
         finally:
             await conn.close()
 
-    run_ledger(go)
+    try:
+        run_ledger(go)
+    except ParseProcessError as exc:
+        click.echo(f"edge-agent ledger: {exc}; every line before it is committed", err=True)
+        sys.exit(EX_FAILURE)
     if not as_json:
         for line in tally.lines(file):
             click.echo(line)
