@@ -300,28 +300,39 @@ async def _insert_conflicts(
         await conn.execute(INSERT_CONFLICTS, [list(col) for col in zip(*rows, strict=True)])
 
 
+KNOWN_BOOTS = (
+    "SELECT b.device, b.boot_id FROM unnest(%b::text[], %b::text[]) AS p(d, b)"
+    " JOIN boot b ON b.device = p.d AND b.boot_id = p.b"
+)
+
+
 async def record_boots(conn: Conn, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> None:
     """BootObserved rows for boots not seen before (`decide.new_boots`), and each device's latest live boot.
 
-    The devices' state rows are locked (in device order) first, so two arbiters seeing one new
-    boot agree on its previous_bootId; the boot insert is arbitrated by its unique key.
+    The boots the sightings name are read first: a boot once recorded is never removed, and
+    `decide.new_boots` makes nothing of a known one, so a batch whose boots are all known (the
+    common case) locks and writes nothing. The state rows of the devices with a boot not known
+    are then locked (in device order), so two arbiters seeing one new boot agree on its
+    previous_bootId, and those boots are read again under the lock (another arbiter may have
+    committed one meanwhile); the boot insert is arbitrated by its unique key.
     """
     if not sightings:
         return
-    devices = sorted({s.device for s in sightings})
+    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
+    cur = await conn.execute(KNOWN_BOOTS, ([d for d, _ in pairs], [b for _, b in pairs]))
+    known = {(r[0], r[1]) for r in await cur.fetchall()}
+    unknown = [p for p in pairs if p not in known]
+    if not unknown:
+        return
+    devices = sorted({d for d, _ in unknown})
     cur = await conn.execute(
         "SELECT device, last_live_boot FROM device_state WHERE device = ANY(%b::text[])"
         ' ORDER BY device COLLATE "C" FOR UPDATE',
         (devices,),
     )
     last_live: dict[str, str | None] = {r[0]: r[1] for r in await cur.fetchall()}
-    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
-    cur = await conn.execute(
-        "SELECT b.device, b.boot_id FROM unnest(%b::text[], %b::text[]) AS p(d, b)"
-        " JOIN boot b ON b.device = p.d AND b.boot_id = p.b",
-        ([d for d, _ in pairs], [b for _, b in pairs]),
-    )
-    known = {(r[0], r[1]) for r in await cur.fetchall()}
+    cur = await conn.execute(KNOWN_BOOTS, ([d for d, _ in unknown], [b for _, b in unknown]))
+    known.update((r[0], r[1]) for r in await cur.fetchall())
     records, changed = decide.new_boots(sightings, known, last_live)
     if not records:
         return
