@@ -143,13 +143,13 @@ def test_the_seed_file_gives_the_same_results_and_report_as_the_sqlite_store(
     same_as_the_store(tmp_path, pg_dsn, DATA / "seed-cases.jsonl")
 
 
-def test_a_file_parsed_in_a_second_process_gives_the_same_results_and_report_as_the_store(
+def test_a_larger_file_written_as_an_outsider_gives_the_same_results_and_report_as_the_store(
     tmp_path: Path, pg_dsn: str
 ) -> None:
-    # Past the first batch more than a megabyte: the ledger's import (as the store's) parses the
-    # rest in a second process (agent.sources.parse_ahead); re-deliveries written otherwise,
-    # conflicts, incomplete lines, tabs and backslashes in ids, all after line 1,000 (a rejected
-    # line's arrivalAt is when it was read: test_bad_lines_give_the_same_rejections_as_the_store).
+    # Six batches, more than a megabyte past the first (the store's import parses those in a
+    # second process): re-deliveries written otherwise, conflicts, incomplete lines, tabs and
+    # backslashes in ids (the COPY text's escapes) (a rejected line's arrivalAt is when it was
+    # read: test_bad_lines_give_the_same_rejections_as_the_store).
     f = tmp_path / "big.jsonl"
     with f.open("w", encoding="utf-8") as out:
         for n in range(6000):

@@ -34,28 +34,26 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
     """
     import gc
 
-    from agent.cli.context import EX_FAILURE
     from agent.cli.records import IMPORT_GC_THRESHOLD, ImportTally, _json_results
     from agent.ledger import arbiter
     from agent.ledger.arrivals import file_digest, from_import
-    from agent.sources.parse_ahead import ParsedAhead, ParseProcessError
+    from agent.sources.importer import read_batches
 
     tally = ImportTally()
 
     async def go() -> None:
         conn = await obj.open(migrate=True)
-        # From the second batch on, a file larger than about a megabyte is parsed by a second
-        # process (`agent.sources.parse_ahead`, as `edge-agent import` does) while this one
-        # arbitrates; a batch is taken from it once the batch before is committed. The young
-        # generation's collections wait for 10,000 allocations, as in `edge-agent import`: a
-        # batch's thousands of objects live until it is committed and go by reference counting.
+        # The young generation's collections wait for 10,000 allocations, as in `edge-agent
+        # import`: a batch's thousands of objects live until it is committed and go by reference
+        # counting. (Parsing ahead in a second process, as `edge-agent import` does, was tried:
+        # 7-8 us more CPU per line for the wire, and no steady gain in wall time on two busy
+        # cores, docs/performance.md.)
         try:
-            batches = ParsedAhead(file, receiver=f"ledger-import:{gateway}")
             thresholds = gc.get_threshold()
             gc.set_threshold(IMPORT_GC_THRESHOLD, *thresholds[1:])
             try:
                 digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
-                for batch in batches:
+                for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
                     arrivals = [from_import(it, gateway, digest) for it in batch.items]
                     outcomes = await arbiter.record(conn, arrivals)
                     if as_json:
@@ -63,16 +61,11 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
                         sys.stdout.flush()
                     tally.add(batch.lines, outcomes)
             finally:
-                batches.close()
                 gc.set_threshold(*thresholds)
         finally:
             await conn.close()
 
-    try:
-        run_ledger(go)
-    except ParseProcessError as exc:
-        click.echo(f"edge-agent ledger: {exc}; every line before it is committed", err=True)
-        sys.exit(EX_FAILURE)
+    run_ledger(go)
     if not as_json:
         for line in tally.lines(file):
             click.echo(line)
