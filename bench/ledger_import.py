@@ -20,7 +20,10 @@ process (user + system) and the server's CPU during it (the cluster's processes,
 ended included) per delivery. After the timed rounds (untimed) both import each file once more
 and every line's decision, and which line's event each result names, must agree.
 
-    python bench/ledger_import.py [-n 100000] [--rounds 3]
+    python bench/ledger_import.py [-n 100000] [--rounds 3] [--also DIR]
+
+`--also DIR` adds a third side, `also`: the ledger of another checkout (`git archive` of a
+commit unpacked in DIR), its import run in the same alternated rounds (A/B of two versions).
 """
 
 from __future__ import annotations
@@ -90,10 +93,10 @@ def server_cpu_s(postmaster: int) -> float:
     return total
 
 
-def run(cmd: list[str], out: Any = subprocess.DEVNULL) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one process."""
+def run(cmd: list[str], out: Any = subprocess.DEVNULL, cwd: Path = ROOT) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one process and its children (the import's parsing process)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=ROOT)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
     if status != 0:
@@ -102,7 +105,7 @@ def run(cmd: list[str], out: Any = subprocess.DEVNULL) -> tuple[float, float]:
 
 
 def command(name: str, dsn: str, file: Path) -> list[str]:
-    if name == "ledger":
+    if name in ("ledger", "also"):
         return [sys.executable, "-m", "agent", "ledger", "--dsn", dsn, "import", str(file), "--json"]
     return [sys.executable, LEAN, dsn, str(file)]
 
@@ -136,6 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=100_000, help="lines per file")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--also", type=Path, help="another checkout's ledger, a third side (A/B)")
     args = ap.parse_args()
     n = args.n
     bindir = pgcluster.find_binaries()
@@ -159,14 +163,15 @@ def main() -> None:
             for dup, file in files.items():
                 write_file(file, n, dup / 100)
             got: dict[str, list[tuple[float, float, float]]] = {}
-            names = ["ledger", "lean"]
+            names = ["ledger", "lean"] + (["also"] if args.also else [])
             for rnd in range(args.rounds):
                 order = names if rnd % 2 == 0 else names[::-1]
                 for dup, file in files.items():
                     for name in order:
                         dsn = fresh_db(cluster)
                         before = server_cpu_s(postmaster)
-                        wall, cpu = run(command(name, dsn, file))
+                        cwd = args.also if name == "also" else ROOT
+                        wall, cpu = run(command(name, dsn, file), cwd=cwd)
                         server = server_cpu_s(postmaster) - before
                         got.setdefault(f"{name}_dup{dup}", []).append((n / wall, cpu, server))
                         drop_db(cluster, dsn)
@@ -190,9 +195,11 @@ def main() -> None:
             out[f"{name}_dup{dup}_client_cpu_us"] = round(statistics.median(r[1] for r in runs) / n * 1e6, 1)
             out[f"{name}_dup{dup}_server_cpu_us"] = round(statistics.median(r[2] for r in runs) / n * 1e6, 1)
             out[f"{name}_dup{dup}_rounds"] = [round(r[0]) for r in runs]
-        out[f"ledger_vs_lean_dup{dup}"] = round(
-            out[f"ledger_dup{dup}_per_s"] / out[f"lean_dup{dup}_per_s"], 3
-        )
+        for name in names:
+            if name != "lean":
+                out[f"{name}_vs_lean_dup{dup}"] = round(
+                    out[f"{name}_dup{dup}_per_s"] / out[f"lean_dup{dup}_per_s"], 3
+                )
     out["decisions_checked"] = checked
     out["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(json.dumps(out))

@@ -55,7 +55,12 @@ ON CONFLICT ON CONSTRAINT canonical_event_key DO NOTHING
 RETURNING source, transition_id, boot_id, id, payload_hash
 """
 
-CANONICAL_IDS = "SELECT nextval(pg_get_serial_sequence('canonical_event', 'id')) FROM generate_series(1, %s)"
+# The sequence is looked up once per statement (a materialized CTE): `pg_get_serial_sequence`
+# in the select list was evaluated for every row drawn (its pg_depend scan cost more than nextval).
+CANONICAL_IDS = """
+WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence('canonical_event', 'id')::regclass AS seq)
+SELECT nextval(s.seq) FROM s, generate_series(1, %s)
+"""
 
 READ_CANONICAL = """
 SELECT c.source, c.transition_id, c.boot_id, c.id, c.payload_hash
@@ -63,7 +68,10 @@ FROM unnest(%b::text[], %b::text[], %b::text[]) AS k(s, t, b)
 JOIN canonical_event c ON c.source = k.s AND c.transition_id = k.t AND c.boot_id = k.b
 """
 
-ARRIVAL_IDS = "SELECT nextval(pg_get_serial_sequence('arrival', 'id')) FROM generate_series(1, %s)"
+ARRIVAL_IDS = """
+WITH s AS MATERIALIZED (SELECT pg_get_serial_sequence('arrival', 'id')::regclass AS seq)
+SELECT nextval(s.seq) FROM s, generate_series(1, %s)
+"""
 
 INSERT_CONFLICTS = """
 INSERT INTO conflict (arrival_id, canonical_id, payload, payload_hash, source_ts)
@@ -118,9 +126,13 @@ def storable(arr: Arrival) -> Arrival:
     one in an id, its payload or a record's fields is `rejected` with that reason (its raw bytes
     are kept), and evidence text has it escaped. The SQLite store accepts such text; this is the
     one input on which the two differ."""
+    it = arr.item
+    if type(it) is Delivery and _NUL not in (
+        f"{arr.gateway}{arr.ce_id}{it.source}{it.transition_id}{it.boot_id}{it.payload_json}"
+    ):
+        return arr  # the common case, looked at in one piece
     gateway = arr.gateway.replace(_NUL, "\\u0000")
     ce = arr.ce_id.replace(_NUL, "\\u0000") if arr.ce_id else arr.ce_id
-    it = arr.item
     texts: tuple[str | None, ...] = ()
     if isinstance(it, Delivery):
         texts = (it.source, it.transition_id, it.boot_id, it.payload_json)
@@ -288,28 +300,39 @@ async def _insert_conflicts(
         await conn.execute(INSERT_CONFLICTS, [list(col) for col in zip(*rows, strict=True)])
 
 
+KNOWN_BOOTS = (
+    "SELECT b.device, b.boot_id FROM unnest(%b::text[], %b::text[]) AS p(d, b)"
+    " JOIN boot b ON b.device = p.d AND b.boot_id = p.b"
+)
+
+
 async def record_boots(conn: Conn, sightings: list[decide.BootSighting], arrival_ids: list[int]) -> None:
     """BootObserved rows for boots not seen before (`decide.new_boots`), and each device's latest live boot.
 
-    The devices' state rows are locked (in device order) first, so two arbiters seeing one new
-    boot agree on its previous_bootId; the boot insert is arbitrated by its unique key.
+    The boots the sightings name are read first: a boot once recorded is never removed, and
+    `decide.new_boots` makes nothing of a known one, so a batch whose boots are all known (the
+    common case) locks and writes nothing. The state rows of the devices with a boot not known
+    are then locked (in device order), so two arbiters seeing one new boot agree on its
+    previous_bootId, and those boots are read again under the lock (another arbiter may have
+    committed one meanwhile); the boot insert is arbitrated by its unique key.
     """
     if not sightings:
         return
-    devices = sorted({s.device for s in sightings})
+    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
+    cur = await conn.execute(KNOWN_BOOTS, ([d for d, _ in pairs], [b for _, b in pairs]))
+    known = {(r[0], r[1]) for r in await cur.fetchall()}
+    unknown = [p for p in pairs if p not in known]
+    if not unknown:
+        return
+    devices = sorted({d for d, _ in unknown})
     cur = await conn.execute(
         "SELECT device, last_live_boot FROM device_state WHERE device = ANY(%b::text[])"
         ' ORDER BY device COLLATE "C" FOR UPDATE',
         (devices,),
     )
     last_live: dict[str, str | None] = {r[0]: r[1] for r in await cur.fetchall()}
-    pairs = list(dict.fromkeys((s.device, s.boot_id) for s in sightings))
-    cur = await conn.execute(
-        "SELECT b.device, b.boot_id FROM unnest(%b::text[], %b::text[]) AS p(d, b)"
-        " JOIN boot b ON b.device = p.d AND b.boot_id = p.b",
-        ([d for d, _ in pairs], [b for _, b in pairs]),
-    )
-    known = {(r[0], r[1]) for r in await cur.fetchall()}
+    cur = await conn.execute(KNOWN_BOOTS, ([d for d, _ in unknown], [b for _, b in unknown]))
+    known.update((r[0], r[1]) for r in await cur.fetchall())
     records, changed = decide.new_boots(sightings, known, last_live)
     if not records:
         return

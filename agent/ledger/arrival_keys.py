@@ -42,15 +42,15 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 CONSTRAINT = "arrival_key"
 
+# The batch's keys are sent once (they were sent twice, one copy for each branch).
 READ_KNOWN = """
+WITH k AS MATERIALIZED (SELECT * FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key))
 SELECT k.i, a.decision, a.canonical_id, a.reason, a.flags
-FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key)
-JOIN arrival a ON a.source = k.s AND a.arrival_key = k.key
+FROM k JOIN arrival a ON a.source = k.s AND a.arrival_key = k.key
 WHERE k.s IS NOT NULL
 UNION ALL
 SELECT k.i, a.decision, a.canonical_id, a.reason, a.flags
-FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key)
-JOIN arrival a ON a.source IS NULL AND a.arrival_key = k.key
+FROM k JOIN arrival a ON a.source IS NULL AND a.arrival_key = k.key
 WHERE k.s IS NULL
 """
 
@@ -107,7 +107,7 @@ async def recorded(
         cols[0].append(i)
         cols[1].append(keys[i][0])
         cols[2].append(keys[i][1])
-    cur = await conn.execute(READ_KNOWN, (*cols, *cols))
+    cur = await conn.execute(READ_KNOWN, cols)
     out: dict[int, Outcome] = {}
     for i, decision, cid, reason, flags in await cur.fetchall():
         d = Decision(decision)

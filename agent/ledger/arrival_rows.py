@@ -71,34 +71,110 @@ async def copy(
     """Every arrival in one COPY. The rows are formatted here in COPY's text format and sent as
     one buffer: per-row adaptation was the largest client cost of a batch (PostgreSQL parses the
     timestamps, which are already normalised text)."""
+    async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
+        await cp.write(copy_text(batch, outcomes, ids, keys, now))
+
+
+def copy_text(
+    batch: Sequence[Arrival],
+    outcomes: list[decide.Outcome],
+    ids: list[int],
+    keys: list[bytes],
+    now: datetime,
+) -> bytes:
+    """The COPY text of the arrivals (`COPY_ARRIVALS`' columns), one line per arrival.
+
+    A line is one f-string of values that are text already: only the fields that can hold a
+    tab, a newline, a carriage return or a backslash (the ids, the gateway, the reason, the
+    CloudEvents id; the timestamps too, to be safe) are looked at, all of a row at once, and a
+    row where one of them does is written value by value through `_cell`, which escapes them
+    (`copy_text_by_cell` is that writer for every row: the oracle of the tests). The flags are
+    lowercase words, the raw line and the key go as hex.
+    """
     received = now.isoformat()
-    lines = []
+    lines: list[str] = []
+    append = lines.append
+    kind: str | None
+    source: str | None
+    phash: str | None
     for aid, arr, oc, key in zip(ids, batch, outcomes, keys, strict=True):
         it = arr.item
-        kind, source, tid, bid, sts, phash = _arrival_row(arr)
-        row = (
-            aid,
-            kind,
-            oc.decision.value,
-            oc.canonical_id,
-            source,
-            tid,
-            bid,
-            sts,
-            phash,
-            oc.reason,
-            _flags(oc.flags),
-            arr.gateway,
-            it.arrival_at,
-            arr.attempt,
-            arr.replayed,
-            received,
-            arr.via,
-            it.line,
-            arr.ce_id,
-            _raw_bytes(it.raw),
-            key,
+        if type(it) is Delivery:
+            kind = "transition"
+            source, tid, bid, sts, phash = (
+                it.source,
+                it.transition_id,
+                it.boot_id,
+                it.source_timestamp,
+                it.payload_hash,
+            )
+        else:
+            kind, source, tid, bid, sts, phash = _arrival_row(arr)
+        reason, gateway, ce, at = oc.reason, arr.gateway, arr.ce_id, it.arrival_at
+        looked = f"{kind}{source}{tid}{bid}{sts}{reason}{gateway}{at}{ce}"
+        if "\\" in looked or "\t" in looked or "\n" in looked or "\r" in looked:
+            append(_line_by_cell(aid, arr, oc, key, received))
+            continue
+        raw = it.raw
+        cid, attempt, replayed, line, flags = oc.canonical_id, arr.attempt, arr.replayed, it.line, oc.flags
+        append(
+            f"{aid}\t{_N if kind is None else kind}\t{oc.decision._value_}\t{_N if cid is None else cid}"
+            f"\t{_N if source is None else source}\t{_N if tid is None else tid}"
+            f"\t{_N if bid is None else bid}\t{_N if sts is None else sts}"
+            f"\t{_N if phash is None else phash}\t{_N if reason is None else reason}"
+            f"\t{_flags(flags) if flags else '{}'}\t{gateway}\t{at}"
+            f"\t{_N if attempt is None else attempt}"
+            f"\t{_N if replayed is None else ('t' if replayed else 'f')}\t{received}\t{arr.via}"
+            f"\t{_N if line is None else line}\t{_N if ce is None else ce}"
+            f"\t\\\\x{(raw if type(raw) is bytes else _raw_bytes(raw)).hex()}\t\\\\x{key.hex()}"
         )
-        lines.append("\t".join(map(_cell, row)))
-    async with conn.cursor() as cur, cur.copy(COPY_ARRIVALS) as cp:
-        await cp.write(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+
+
+_N = "\\N"  # COPY's NULL
+
+
+def _line_by_cell(aid: int, arr: Arrival, oc: decide.Outcome, key: bytes, received: str) -> str:
+    """One arrival's COPY line, every value through `_cell`."""
+    it = arr.item
+    kind, source, tid, bid, sts, phash = _arrival_row(arr)
+    row = (
+        aid,
+        kind,
+        oc.decision.value,
+        oc.canonical_id,
+        source,
+        tid,
+        bid,
+        sts,
+        phash,
+        oc.reason,
+        _flags(oc.flags),
+        arr.gateway,
+        it.arrival_at,
+        arr.attempt,
+        arr.replayed,
+        received,
+        arr.via,
+        it.line,
+        arr.ce_id,
+        _raw_bytes(it.raw),
+        key,
+    )
+    return "\t".join(map(_cell, row))
+
+
+def copy_text_by_cell(
+    batch: Sequence[Arrival],
+    outcomes: list[decide.Outcome],
+    ids: list[int],
+    keys: list[bytes],
+    now: datetime,
+) -> bytes:
+    """`copy_text`, every row value by value (the writer before it; the tests' oracle)."""
+    received = now.isoformat()
+    lines = [
+        _line_by_cell(aid, arr, oc, key, received)
+        for aid, arr, oc, key in zip(ids, batch, outcomes, keys, strict=True)
+    ]
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")

@@ -143,6 +143,34 @@ def test_the_seed_file_gives_the_same_results_and_report_as_the_sqlite_store(
     same_as_the_store(tmp_path, pg_dsn, DATA / "seed-cases.jsonl")
 
 
+def test_a_larger_file_written_as_an_outsider_gives_the_same_results_and_report_as_the_store(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    # Six batches, more than a megabyte past the first (the store's import parses those in a
+    # second process): re-deliveries written otherwise, conflicts, incomplete lines, tabs and
+    # backslashes in ids (the COPY text's escapes) (a rejected line's arrivalAt is when it was
+    # read: test_bad_lines_give_the_same_rejections_as_the_store).
+    f = tmp_path / "big.jsonl"
+    with f.open("w", encoding="utf-8") as out:
+        for n in range(6000):
+            k = n if n % 2 == 0 else n // 3
+            ev: dict[str, Any] = {
+                "source": f"KESSEL-{k % 7}/Druck" + ("\t\\x" if k % 11 == 0 else ""),
+                "transitionId": f"T{k}" if n % 97 else None,
+                "bootId": f"B{(k // 50) % 3}",
+                "sourceTimestamp": f"2026-04-22T08:{(k // 60) % 60:02d}:{k % 60:02d}.{k % 1000:03d}Z",
+                "arrivalAt": "2026-04-22T09:00:00.000Z",
+                "payload": {"level": 20.0 + k / 8, "state": "Überdruck", "n": k + (n % 89 == 1)},
+                "padding": "x" * 60,
+            }
+            if n % 2:
+                ev["sourceTimestamp"] = ev["sourceTimestamp"].replace("T08:", "T10:").replace("Z", "+02:00")
+                ev["payload"] = dict(reversed(ev["payload"].items()))
+            out.write(json.dumps(ev, ensure_ascii=n % 3 == 0) + "\n")
+    assert f.stat().st_size > 1.5 * (1 << 20)
+    same_as_the_store(tmp_path, pg_dsn, f)
+
+
 def test_bad_lines_give_the_same_rejections_as_the_store(tmp_path: Path, pg_dsn: str) -> None:
     f = tmp_path / "in.jsonl"
     f.write_bytes(

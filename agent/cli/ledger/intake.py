@@ -32,7 +32,9 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 
     Exit 0 every line stored, 69 PostgreSQL unreachable, 74 the ledger could not be written.
     """
-    from agent.cli.records import ImportTally, _json_results
+    import gc
+
+    from agent.cli.records import IMPORT_GC_THRESHOLD, ImportTally, _json_results
     from agent.ledger import arbiter
     from agent.ledger.arrivals import file_digest, from_import
     from agent.sources.importer import read_batches
@@ -41,15 +43,25 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 
     async def go() -> None:
         conn = await obj.open(migrate=True)
+        # The young generation's collections wait for 10,000 allocations, as in `edge-agent
+        # import`: a batch's thousands of objects live until it is committed and go by reference
+        # counting. (Parsing ahead in a second process, as `edge-agent import` does, was tried:
+        # 7-8 us more CPU per line for the wire, and no steady gain in wall time on two busy
+        # cores, docs/performance.md.)
         try:
-            digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
-            for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
-                arrivals = [from_import(it, gateway, digest) for it in batch.items]
-                outcomes = await arbiter.record(conn, arrivals)
-                if as_json:
-                    sys.stdout.write(_json_results(batch.lines, outcomes))
-                    sys.stdout.flush()
-                tally.add(batch.lines, outcomes)
+            thresholds = gc.get_threshold()
+            gc.set_threshold(IMPORT_GC_THRESHOLD, *thresholds[1:])
+            try:
+                digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
+                for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
+                    arrivals = [from_import(it, gateway, digest) for it in batch.items]
+                    outcomes = await arbiter.record(conn, arrivals)
+                    if as_json:
+                        sys.stdout.write(_json_results(batch.lines, outcomes))
+                        sys.stdout.flush()
+                    tally.add(batch.lines, outcomes)
+            finally:
+                gc.set_threshold(*thresholds)
         finally:
             await conn.close()
 
