@@ -105,7 +105,7 @@ class Forwarder:
         self._replay_until = 0
         self._outage = False
         self.started = asyncio.Event()  # set once the backlog mark is taken and forwarding begins
-        self._encode_row = transition_row_encoder(site, gateway)
+        self._encode_row = transition_row_encoder(site, gateway, store.store_id)
 
     def wake(self) -> None:
         """Tell the forwarder new rows were committed (it also polls every `idle_poll_s`)."""

@@ -98,7 +98,7 @@ def encode(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: s
     """
     rec = entry.record
     if type(rec) is Transition:
-        fast = _transition_fast(entry, rec, site, gateway, replayed)
+        fast = _transition_fast(entry, rec, site, gateway, replayed, store_id)
         if fast is not None:
             return fast
     return encode_general(entry, site=site, gateway=gateway, replayed=replayed, store_id=store_id)
@@ -121,7 +121,7 @@ def encode_general(entry: Entry, *, site: str, gateway: str, replayed: bool, sto
             raise EncodeError(f"outbox row {entry.outbox_id}: its {entry.kind} record {entry.ref_id} is gone")
     except contract.ContractError as exc:
         raise EncodeError(f"outbox row {entry.outbox_id}: {exc}") from exc
-    body = _body(parts, gateway, entry.attempt, replayed).encode()
+    body = _body(parts, gateway, outbox_ref(store_id, entry.outbox_id), entry.attempt, replayed).encode()
     return Event(
         entry.outbox_id, parts.source, parts.id, parts.type, entry.kind, parts.device, parts.channel, body
     )
@@ -140,7 +140,14 @@ def _q(text: str) -> str:
 _q_repeated = lru_cache(maxsize=4096)(_q)
 
 
-def _body(parts: _Parts, gateway: str, attempt: int, replayed: bool) -> str:
+def outbox_ref(store_id: str, outbox_id: int) -> str:
+    """The `outboxid` extension: the store's UUID and the outbox row's id. With `gateway` and
+    `attempt` it names one delivery (ledger.md section 7: the ledger's arrival key), and it never
+    repeats: a replaced store has a new UUID. Not part of the event's identity."""
+    return f"{store_id}:{int(outbox_id)}"
+
+
+def _body(parts: _Parts, gateway: str, outbox: str, attempt: int, replayed: bool) -> str:
     """The structured-mode event: the same text as `_body_general`, written directly (the
     JSON encoder over a fresh dict per event was most of the cost of encoding)."""
     q, qr = _q, _q_repeated
@@ -149,12 +156,13 @@ def _body(parts: _Parts, gateway: str, attempt: int, replayed: bool) -> str:
     return (
         f'{{"specversion":"{SPECVERSION}","id":{q(parts.id)},"source":{qr(parts.source)},'
         f'"type":{qr(parts.type)}{time},"datacontenttype":"application/json"{ext},'
-        f'"gateway":{qr(gateway)},"attempt":{int(attempt)},"replayed":{"true" if replayed else "false"},'
+        f'"gateway":{qr(gateway)},"outboxid":{q(outbox)},"attempt":{int(attempt)},'
+        f'"replayed":{"true" if replayed else "false"},'
         f'"data":{parts.data_json}}}'
     )
 
 
-def _body_general(parts: _Parts, gateway: str, attempt: int, replayed: bool) -> str:
+def _body_general(parts: _Parts, gateway: str, outbox: str, attempt: int, replayed: bool) -> str:
     """The structured-mode event through the JSON encoder (the reference `_body` is tested against)."""
     head: dict[str, Any] = {
         "specversion": SPECVERSION,
@@ -167,6 +175,7 @@ def _body_general(parts: _Parts, gateway: str, attempt: int, replayed: bool) -> 
     head["datacontenttype"] = "application/json"
     head.update(parts.ext)
     head["gateway"] = gateway
+    head["outboxid"] = outbox
     head["attempt"] = attempt
     head["replayed"] = replayed
     text = _JSON.encode(head)
@@ -179,7 +188,9 @@ def _source_of(site: str, source: str) -> str:
     return cloudevent_ids.ce_source(site, source)
 
 
-def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, replayed: bool) -> Event | None:
+def _transition_fast(
+    entry: Entry, r: Transition, site: str, gateway: str, replayed: bool, store_id: str
+) -> Event | None:
     """The common transition of an entry, written by the forwarder's row encoder over the entry's
     row (one writer of that text, not two); None where that encoder declines a row (a value that
     needs JSON escaping, a site outside the contract) and for what it does not take (a basis that
@@ -187,19 +198,21 @@ def _transition_fast(entry: Entry, r: Transition, site: str, gateway: str, repla
     if entry.kind != "transition" or type(r.basis) is not str:
         return None
     row = (entry.outbox_id, None, entry.attempt - 1, entry.ref_id, *r[1:])
-    return _row_encoder(site, gateway)(row, replayed)
+    return _row_encoder(site, gateway, store_id)(row, replayed)
 
 
 @lru_cache(maxsize=64)
-def _row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, bool], Event | None]:
-    return transition_row_encoder(site, gateway)
+def _row_encoder(site: str, gateway: str, store_id: str) -> Callable[[TransitionRow, bool], Event | None]:
+    return transition_row_encoder(site, gateway, store_id)
 
 
 _COUNTER = IdentityBasis.COUNTER.value
 _TRANSITION_HEAD_MAX = 4096  # per-source parts kept by one row encoder (a gateway has a few hundred)
 
 
-def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, bool], Event | None]:
+def transition_row_encoder(
+    site: str, gateway: str, store_id: str
+) -> Callable[[TransitionRow, bool], Event | None]:
     """`encode(row, replayed)`: the event of one stored transition straight from its claimed row
     (`agent.core.records.TransitionRow`, no Entry or Transition built for it), the same Event and
     bytes as `encode()` over the row's entry; None when the row is not in the common form (a value
@@ -213,8 +226,8 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
     # The body's fixed text: before the id; from the id's end to the source; after the basis.
     pre = f'{{"specversion":"{SPECVERSION}","id":"'
     mid = ',"datacontenttype":"application/json","bootid":"'
-    gw = f',"gateway":{_q(gateway)},"attempt":'
-    first = (f'{gw}1,"replayed":false,"data":', f'{gw}1,"replayed":true,"data":')  # attempt 1
+    gw = f',"gateway":{_q(gateway)},"outboxid":{_q(store_id + ":")[:-1]}'  # the row's id follows
+    first = ('","attempt":1,"replayed":false,"data":', '","attempt":1,"replayed":true,"data":')
     new, unreserved = _new, _UNRESERVED.fullmatch
 
     def head(source: str) -> tuple[str, str, str, str] | None:
@@ -257,9 +270,9 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
         else:
             ce_id = f"{pct(boot)}:{pct(tid)}"
         tail = (
-            first[replayed]
+            f"{gw}{oid}{first[replayed]}"
             if attempts == 0
-            else f'{gw}{int(attempts) + 1},"replayed":{"true" if replayed else "false"},"data":'
+            else f'{gw}{oid}","attempt":{int(attempts) + 1},"replayed":{_JSON_BOOL[replayed]},"data":'
         )
         if ts is None:
             body = (
@@ -276,6 +289,7 @@ def transition_row_encoder(site: str, gateway: str) -> Callable[[TransitionRow, 
     return encode_row
 
 
+_JSON_BOOL = ("false", "true")
 _new = tuple.__new__  # a named tuple from its values, without the per-call keyword handling
 _UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")  # cloudevent_ids.pct leaves these as they are
 

@@ -52,7 +52,15 @@ EV_INCOMPLETE = "Events/IdentityIncomplete"
 EVENT_METRICS = (EV_TRANSITION, EV_BOOT, EV_GAP, EV_ANOMALY, EV_INCOMPLETE)
 STATE_SUFFIX = "/State"
 
-_DELIVERY_FIELDS = ("attempt", "replayed", "gateway", "arrivalat", "specversion", "datacontenttype")
+_DELIVERY_FIELDS = (
+    "attempt",
+    "replayed",
+    "gateway",
+    "outboxid",
+    "arrivalat",
+    "specversion",
+    "datacontenttype",
+)
 
 
 def to_ms(text: str) -> int:

@@ -232,3 +232,32 @@ def test_importing_the_same_file_again_gives_the_first_decisions_and_adds_no_arr
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
     assert again == first
     assert counts(ledger_dsn)["arrival"] == 4 and counts(ledger_dsn)["conflict"] == 1
+
+
+async def test_one_record_sent_from_two_outbox_rows_of_one_gateway_is_two_arrivals(ledger_dsn: str) -> None:
+    """An operator's replay puts the record in the outbox again: the new row goes out as attempt 1,
+    replayed, like the first replay did. The gateway's `outboxid` (its store's UUID and the row's
+    id) makes the two deliveries two arrivals at the ledger (the arrival key hashes the event's
+    text); each re-run of either adds none."""
+    from agent.core.records import Entry, Transition
+    from agent.sinks.encode import encode
+
+    rec = Transition(1, "PLC-1/Trip", "T9", "B1", T0, '{"state":"Trip"}', T0)
+    store = "6f1c2b9e-3d4a-4c5b-9e8f-0a1b2c3d4e5f"
+
+    def sent(outbox_id: int) -> list[Arrival]:
+        ev = encode(
+            Entry(outbox_id=outbox_id, kind="transition", ref_id=1, attempt=1, record=rec),
+            site="plant", gateway="gw-a", replayed=True, store_id=store,
+        )  # fmt: skip
+        return parse_body(ev.body, batch=False, via="http", now=T0)
+
+    first, second = sent(11), sent(12)
+    writer = Writer(ledger_dsn)
+    try:
+        assert [oc.decision.value for oc in await writer.record(first)] == ["inserted"]
+        assert [oc.decision.value for oc in await writer.record(second)] == ["duplicate"]
+        assert [oc.decision.value for oc in await writer.record(first + second)] == ["inserted", "duplicate"]
+    finally:
+        await writer.close()
+    assert counts(ledger_dsn)["arrival"] == 2

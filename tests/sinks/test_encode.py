@@ -54,6 +54,7 @@ def test_a_transition_is_the_exact_structured_event_of_the_contract() -> None:
         "arrivalat": "2026-04-22T08:00:12.180Z",
         "identitybasis": "counter",
         "gateway": "gw-line3",
+        "outboxid": f"{STORE_ID}:5",
         "attempt": 2,
         "replayed": True,
         "data": {"severity": "High"},
@@ -305,15 +306,15 @@ def test_the_direct_body_is_exactly_what_the_json_encoder_writes(
     replayed: bool,
 ) -> None:
     parts = encode_module._Parts(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')
-    direct = encode_module._body(parts, gateway, attempt, replayed)
-    assert direct == encode_module._body_general(parts, gateway, attempt, replayed)
+    direct = encode_module._body(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
+    assert direct == encode_module._body_general(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
 
 
 def _general(e: Entry, site: str, gateway: str, replayed: bool) -> Event:
     rec = e.record
     assert isinstance(rec, Transition)
     parts = encode_module._transition(rec, site)
-    body = encode_module._body(parts, gateway, e.attempt, replayed).encode()
+    body = encode_module._body(parts, gateway, f"{STORE_ID}:{e.outbox_id}", e.attempt, replayed).encode()
     return Event(e.outbox_id, parts.source, parts.id, parts.type, e.kind, parts.device, parts.channel, body)
 
 
@@ -343,7 +344,7 @@ def test_the_transition_fast_path_writes_exactly_the_general_event(
 ) -> None:
     rec = Transition(3, source, tid, boot, ts, '{"n":1}', arrival, basis)
     e = entry(rec, attempt)
-    fast = encode_module._transition_fast(e, rec, site, gateway, replayed)
+    fast = encode_module._transition_fast(e, rec, site, gateway, replayed, STORE_ID)
     try:
         general = _general(e, site, gateway, replayed)
     except ContractError:  # the general path refuses it: so must the fast path
@@ -356,6 +357,6 @@ def test_the_transition_fast_path_writes_exactly_the_general_event(
 def test_the_common_transition_takes_the_fast_path() -> None:
     rec = tr()
     e = entry(rec)
-    fast = encode_module._transition_fast(e, rec, SITE, GW, True)
+    fast = encode_module._transition_fast(e, rec, SITE, GW, True, STORE_ID)
     assert fast is not None
     assert fast == _general(e, SITE, GW, True)

@@ -34,7 +34,7 @@ def row(
 
 
 def both(r: tuple[Any, ...], site: str = SITE, gateway: str = GW, replayed: bool = False) -> tuple[Any, Any]:
-    fast = transition_row_encoder(site, gateway)(r, replayed)
+    fast = transition_row_encoder(site, gateway, STORE_ID)(r, replayed)
     try:
         general: Any = encode_general(
             Claimed([r], {}).entry(r), site=site, gateway=gateway, replayed=replayed, store_id=STORE_ID
@@ -111,7 +111,7 @@ def test_the_row_path_writes_exactly_what_encode_writes_for_the_same_row(
 
 
 def test_a_source_seen_again_is_written_from_its_kept_parts() -> None:
-    enc = transition_row_encoder(SITE, GW)
+    enc = transition_row_encoder(SITE, GW, STORE_ID)
     first = [enc(row(source=f"P-{n % 3}/Trip", tid=str(n)), False) for n in range(9)]
     again = [enc(row(source=f"P-{n % 3}/Trip", tid=str(n)), False) for n in range(9)]
     assert first == again
