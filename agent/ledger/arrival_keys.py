@@ -12,12 +12,13 @@ are (their unique keys); an arrival gets a key of its own, unique on (`source`, 
 | an import line | the file's SHA-256 and the line number (`from_import` with the digest) |
 | an import line without a file digest | `via`, gateway, line number, the line's text |
 
-The event's text carries its `source` and `id` (the gateway's outbox record), its `attempt`
-and `arrivalat`: so the ledger's own re-run of a batch, and a broker's redelivery of a PUBLISH
-the ledger had committed but not acknowledged, are the same delivery, while a gateway's resend
-with the next attempt is a delivery of its own, kept as evidence. Two deliveries that are
-byte-for-byte the same from one gateway over one path cannot be told apart and are one arrival
-(an event without the `attempt` extension resent as it was, for instance).
+The event's text carries its `source` and `id`, the gateway's `outboxid` (its store's UUID and
+the outbox row's id), its `attempt` and `arrivalat`: so the ledger's own re-run of a batch, and
+a broker's redelivery of a PUBLISH the ledger had committed but not acknowledged, are the same
+delivery, while a gateway's resend with the next attempt, or the same record sent again from a
+new outbox row (an operator's replay), is a delivery of its own, kept as evidence. Two
+deliveries that are byte-for-byte the same from one gateway over one path cannot be told apart
+and are one arrival (an event from a sender without `outboxid` and `attempt`, resent as it was).
 
 Before deciding, the arbiter reads the arrivals the batch's keys already have and returns their
 stored decisions: a re-run gives the decisions of the run that committed, and writes no
