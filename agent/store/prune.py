@@ -40,6 +40,7 @@ from agent.config.retention import RetentionSettings
 from agent.core.errors import StoreError
 from agent.core.retention import Cutoffs, cutoffs
 from agent.store.store import Store
+from agent.store.tally import fold_async
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,8 @@ async def _stage(
         async with store._lock:
             t0 = time.perf_counter()
             async with store._transaction():
+                # The events' counts whole before a rule reads them (agent.store.tally).
+                await fold_async(store.db)
                 probe = await _all(
                     store.db,
                     f"SELECT EXISTS(SELECT 1 FROM {table} WHERE {col} >= ? AND {col} < ? AND {tcol} < ?),"

@@ -22,6 +22,7 @@ Tables:
   ring_positions    per device: the ring head last read (resume point)
   store_meta        the store id (a UUID made with the store) and other facts about the file
   sparkplug_sends   per attempt of a row on a Sparkplug upstream: its bdSeq and seq (evidence)
+  event_tally       later arrivals of stored events not yet folded into their counts (agent/store/tally.py)
 
 `events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
 `counter`, `event_id` or `window` (agent/core/basis.py).
@@ -302,3 +303,21 @@ SPARKPLUG_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(SPARKPLUG_MIGRATION)
+
+
+# The event tally (agent/store/tally.py): a re-delivery of an event stored in an earlier batch
+# appends its count and arrival time here instead of updating the event's row in every batch;
+# folded into `events` in bulk. Append-only between folds, no index. A store made before it gets
+# an empty tally: its events' counts are already whole.
+TALLY_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "event tally: re-deliveries' counts appended, folded into events in bulk",
+    [
+        """CREATE TABLE event_tally(
+            canonical_id INTEGER NOT NULL,
+            later INTEGER NOT NULL,
+            last_arrival TEXT NOT NULL
+        ) STRICT""",
+    ],
+)
+MIGRATIONS.append(TALLY_MIGRATION)

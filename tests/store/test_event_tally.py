@@ -1,0 +1,146 @@
+"""The event tally (agent.store.tally): re-deliveries of stored events are appended and folded
+into `events` in bulk, and every reader sees the counts the row-per-batch UPDATE gave.
+
+The same deliveries are recorded with the tally folded after every batch (what the UPDATE of
+each batch wrote) and left unfolded; the report, the prune plan and pruning must not tell the
+two apart, and after the writer closes the rows of `events` are the same."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.config.retention import RetentionSettings
+from agent.core.contract import Delivery
+from agent.core.intake import parse_delivery
+from agent.core.timestamps import format_timestamp
+from agent.store import report, tally
+from agent.store.prune import prune
+from agent.store.prune_plan import plan
+from agent.store.reader import Reader
+from agent.store.schema import MIGRATIONS
+from agent.store.store import Store
+
+pytestmark = pytest.mark.timeout(60)
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SETTINGS = RetentionSettings(arrivals=timedelta(days=30), payloads=timedelta(days=90), keys=timedelta(days=400))
+
+
+def at(days: float) -> str:
+    return format_timestamp(T0 + timedelta(days=days))
+
+
+def d(tid: str, day: float, v: int = 1) -> Delivery:
+    obj = {"source": "PUMP-07/Trip", "transitionId": tid, "bootId": "B1", "payload": {"v": v}}
+    got = parse_delivery(json.dumps(obj), arrival_at=at(day), receiver="test")
+    assert isinstance(got, Delivery)
+    return got
+
+
+# Batches: new keys, then repeats of stored keys (later, earlier than the first arrival, a
+# conflict, several repeats of one key in a batch, a repeat of a key made in the same batch).
+BATCHES: list[list[Delivery]] = [
+    [d("1", 1), d("2", 1), d("3", 2)],
+    [d("1", 3), d("2", 4), d("2", 5), d("4", 5), d("4", 6)],
+    [d("1", 0.5), d("3", 7, v=2), d("2", 8), d("4", 2)],
+    [d("1", 9), d("1", 9), d("2", 9), d("5", 9)],
+]
+
+
+async def events_report(store: Store) -> list[dict[str, Any]]:
+    return [e async for e in report.events(store.db, "id")]
+
+
+def events_rows(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as con:
+        return con.execute("SELECT * FROM events ORDER BY canonical_id").fetchall()
+
+
+async def record_all(path: Path, batches: Sequence[list[Delivery]], fold_each: bool) -> Store:
+    store = await Store.open(path)
+    await store.register_upstreams([("mqtt", "none")], at(0))
+    for batch in batches:
+        await store.record(batch)
+        if fold_each:
+            async with store._lock, store._transaction():
+                await tally.fold_async(store.db)
+    return store
+
+
+async def test_readers_see_the_tallied_counts_and_close_folds_them(tmp_path: Path) -> None:
+    folded = await record_all(tmp_path / "folded.db", BATCHES, fold_each=True)
+    tallied = await record_all(tmp_path / "tallied.db", BATCHES, fold_each=False)
+    try:
+        assert await tally.tally_waiting(tallied.db)
+        assert await events_report(tallied) == await events_report(folded)
+        async with await Reader.open(tmp_path / "tallied.db") as reader:
+            by_reader = [e async for e in reader.events("state")]
+        assert by_reader == [e async for e in report.events(folded.db, "state")]
+        now = T0 + timedelta(days=200)
+        got, want = await plan(tallied, SETTINGS, now), await plan(folded, SETTINGS, now)
+        assert {k: v.as_dict() for k, v in got.items()} == {k: v.as_dict() for k, v in want.items()}
+    finally:
+        await folded.close()
+        await tallied.close()
+    assert events_rows(tmp_path / "tallied.db") == events_rows(tmp_path / "folded.db")
+    with sqlite3.connect(tmp_path / "tallied.db") as con:
+        assert con.execute("SELECT count(*) FROM event_tally").fetchone()[0] == 0
+    first = events_rows(tmp_path / "tallied.db")[0]
+    assert first[9:14] == (4, 0, at(0.5), at(9), 1)  # repeats, conflicts, first and last arrival, first id
+
+
+async def test_a_full_tally_is_folded_in_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tally, "FOLD_ROWS", 2)
+    store = await record_all(tmp_path / "s.db", BATCHES, fold_each=False)
+    try:
+        rows = await store.db.execute_fetchall("SELECT count(*) FROM event_tally")
+        assert next(iter(rows))[0] < 2
+    finally:
+        await store.close()
+    plain = await record_all(tmp_path / "plain.db", BATCHES, fold_each=True)
+    await plain.close()
+    assert events_rows(tmp_path / "s.db") == events_rows(tmp_path / "plain.db")
+
+
+async def test_pruning_folds_the_tally_before_its_rules_read_the_counts(tmp_path: Path) -> None:
+    stores = [await record_all(tmp_path / f"{n}.db", BATCHES, fold_each=n == "folded") for n in ("folded", "tallied")]
+    try:
+        for store in stores:
+            async with store._lock, store._transaction():
+                await store.db.execute("UPDATE outbox SET state = 'delivered', sent_at = ?", (at(9),))
+        for now in (T0 + timedelta(days=35), T0 + timedelta(days=120)):
+            totals = [await prune(s, SETTINGS, now) for s in stores]
+            assert [(t.arrivals, t.payloads) for t in totals] == [(totals[0].arrivals, totals[0].payloads)] * 2
+        assert totals[0].payloads > 0
+        keys = [list(await s.db.execute_fetchall("SELECT * FROM event_keys ORDER BY 1")) for s in stores]
+        assert keys[0] == keys[1]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_store_made_before_the_tally_opens_with_its_data(tmp_path: Path) -> None:
+    # The older version counted every repeat in the batch's own rows: one batch, repeats inside it.
+    older = [BATCHES[0] + BATCHES[1], *BATCHES[2:]]
+    path = tmp_path / "old.db"
+    old = await Store.open(path, migrations=MIGRATIONS[:-1])
+    await old.record(older[0])
+    await old.close()
+    before = events_rows(path)
+    store = await Store.open(path)
+    try:
+        for batch in older[1:]:
+            await store.record(batch)
+    finally:
+        await store.close()
+    plain = await record_all(tmp_path / "plain.db", older, fold_each=True)
+    await plain.close()
+    assert [r[:9] for r in events_rows(path)[: len(before)]] == [r[:9] for r in before]
+    assert events_rows(path) == events_rows(tmp_path / "plain.db")
