@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -98,16 +99,24 @@ Step = Callable[[Store, int, int, Cutoffs, PruneTotals], Awaitable[None]]
 
 async def _arrivals_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: PruneTotals) -> None:
     marks, params = await upstream_params(store)
-    cur = await store.db.execute(
+    gone = await _all(
+        store.db,
         "DELETE FROM arrivals AS a WHERE a.arrival_id >= :lo AND a.arrival_id < :hi AND a.arrival_at < :cut"
         " AND a.decision IN ('inserted', 'duplicate')"
         " AND a.arrival_id NOT IN (SELECT arrival_id FROM pending)"
         " AND a.arrival_id NOT IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)"
         " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.canonical_id = a.canonical_id"
-        f" AND NOT (e.status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}))",
+        f" AND NOT (e.status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}))"
+        " RETURNING a.canonical_id",
         {"lo": lo, "hi": hi, "cut": cut.arrivals, **params},
     )
-    totals.arrivals += max(cur.rowcount, 0)
+    # Each event counts the arrivals of it that went: the payload stage reads that count.
+    by_event = Counter(int(r[0]) for r in gone)
+    await store.db.executemany(
+        "UPDATE events SET pruned_arrivals = pruned_arrivals + ? WHERE canonical_id = ?",
+        [(n, cid) for cid, n in sorted(by_event.items())],
+    )
+    totals.arrivals += len(gone)
 
 
 async def _payloads_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: PruneTotals) -> None:
@@ -118,7 +127,7 @@ async def _payloads_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: P
         "SELECT canonical_id, source, transition_id, boot_id, payload_hash, first_arrival, last_arrival"
         " FROM events e WHERE canonical_id >= :lo AND canonical_id < :hi AND last_arrival < :cut"
         f" AND status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}"
-        " AND NOT EXISTS (SELECT 1 FROM arrivals a WHERE a.canonical_id = e.canonical_id)",
+        " AND pruned_arrivals > duplicate_count",  # none of its arrivals is left (folded before)
         {"lo": lo, "hi": hi, "cut": cut.payloads, **params},
     )
     if not rows:

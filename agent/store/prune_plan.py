@@ -113,13 +113,16 @@ async def _plan_arrivals(
 async def _plan_payloads(
     db: aiosqlite.Connection, cut: Cutoffs, marks: str, ups: dict[str, Any], stage: StagePlan
 ) -> None:
-    # Arrivals that this run keeps: younger than their horizon, or kept for a reason of their own.
+    # Arrivals that this run keeps: younger than their horizon, or kept for a reason of their own,
+    # counted per event in one pass over the arrivals (they have no index by canonical id).
     sql = (
-        f"SELECT e.status, {LAST_ARRIVAL}, {_OUTBOX_STATES.format(marks=marks)},"
-        " (SELECT count(*) FROM arrivals a WHERE a.canonical_id = e.canonical_id AND (a.arrival_at >= :acut"
-        "  OR a.decision NOT IN ('inserted', 'duplicate')"
-        "  OR a.arrival_id IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)))"
+        f"SELECT e.status, {LAST_ARRIVAL}, {_OUTBOX_STATES.format(marks=marks)}, coalesce(k.kept, 0)"
         f" FROM events e LEFT JOIN ({TALLY_BY_EVENT}) t ON t.tally_id = e.canonical_id"
+        " LEFT JOIN (SELECT a.canonical_id AS kept_id, count(*) AS kept FROM arrivals a"
+        "  WHERE a.canonical_id IS NOT NULL AND (a.arrival_at >= :acut"
+        "  OR a.decision NOT IN ('inserted', 'duplicate')"
+        "  OR a.arrival_id IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL))"
+        "  GROUP BY a.canonical_id) k ON k.kept_id = e.canonical_id"
         f" WHERE {LAST_ARRIVAL} < :cut"
     )
     async with db.execute(sql, {"cut": cut.payloads, "acut": cut.arrivals, **ups}) as cur:

@@ -24,7 +24,7 @@ from agent.store import report, tally
 from agent.store.prune import prune
 from agent.store.prune_plan import plan
 from agent.store.reader import Reader
-from agent.store.schema import MIGRATIONS
+from agent.store.schema import MIGRATIONS, TALLY_MIGRATION
 from agent.store.store import Store
 
 pytestmark = pytest.mark.timeout(60)
@@ -130,17 +130,51 @@ async def test_a_store_made_before_the_tally_opens_with_its_data(tmp_path: Path)
     # The older version counted every repeat in the batch's own rows: one batch, repeats inside it.
     older = [BATCHES[0] + BATCHES[1], *BATCHES[2:]]
     path = tmp_path / "old.db"
-    old = await Store.open(path, migrations=MIGRATIONS[:-1])
+    old = await Store.open(path, migrations=MIGRATIONS[: MIGRATIONS.index(TALLY_MIGRATION)])
     await old.record(older[0])
     await old.close()
+    with sqlite3.connect(path) as con:  # as the older version's pruning would have left it
+        con.execute("DELETE FROM arrivals WHERE canonical_id = 1")
+        con.execute("DELETE FROM arrivals WHERE arrival_id = (SELECT max(arrival_id) FROM arrivals"
+                    " WHERE canonical_id = 2)")
     before = events_rows(path)
     store = await Store.open(path)
     try:
+        rows = await store.db.execute_fetchall(
+            "SELECT canonical_id, duplicate_count, pruned_arrivals FROM events ORDER BY 1"
+        )
+        assert [tuple(r) for r in rows] == [(1, 1, 2), (2, 2, 1), (3, 0, 0), (4, 1, 0)]
         for batch in older[1:]:
             await store.record(batch)
     finally:
         await store.close()
     plain = await record_all(tmp_path / "plain.db", older, fold_each=True)
     await plain.close()
-    assert [r[:9] for r in events_rows(path)[: len(before)]] == [r[:9] for r in before]
-    assert events_rows(path) == events_rows(tmp_path / "plain.db")
+    assert [r[:15] for r in events_rows(path)[: len(before)]] != [r[:15] for r in before]  # counted on
+    assert [r[:15] for r in events_rows(path)] == [r[:15] for r in events_rows(tmp_path / "plain.db")]
+    with sqlite3.connect(path) as con:
+        indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "arrivals_by_canonical" not in indexes
+
+
+async def test_an_event_goes_once_its_last_arrival_is_pruned(tmp_path: Path) -> None:
+    store = await record_all(tmp_path / "s.db", BATCHES, fold_each=False)
+    try:
+        async with store._lock, store._transaction():
+            await store.db.execute("UPDATE outbox SET state = 'delivered', sent_at = ?", (at(9),))
+        # on day 8.5 the arrivals before day 8 go: event 4 (last arrival day 6) loses all of its
+        # and goes; events 1, 2 and 5 keep those of days 8 and 9; the conflict (3) keeps its own,
+        # and event 1 its first arrival (the evidence of the boot B1) for ever
+        short = RetentionSettings(arrivals=timedelta(days=0.5), payloads=timedelta(days=0.5), keys=SETTINGS.keys)
+        first = await prune(store, short, T0 + timedelta(days=8.5))
+        assert (first.arrivals, first.payloads) == (8, 1)
+        rows = await store.db.execute_fetchall(
+            "SELECT canonical_id, 1 + duplicate_count - pruned_arrivals,"
+            " (SELECT count(*) FROM arrivals a WHERE a.canonical_id = e.canonical_id) FROM events e"
+        )
+        assert all(r[1] == r[2] for r in rows), rows
+        last = await prune(store, short, T0 + timedelta(days=20))
+        left = await store.db.execute_fetchall("SELECT canonical_id FROM events ORDER BY 1")
+        assert last.payloads == 2 and [r[0] for r in left] == [1, 3]
+    finally:
+        await store.close()
