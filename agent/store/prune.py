@@ -107,7 +107,7 @@ async def _arrivals_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: P
         " AND a.arrival_id NOT IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)"
         " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.canonical_id = a.canonical_id"
         f" AND NOT (e.status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}))"
-        " RETURNING a.canonical_id",
+        " RETURNING canonical_id",
         {"lo": lo, "hi": hi, "cut": cut.arrivals, **params},
     )
     # Each event counts the arrivals of it that went: the payload stage reads that count.

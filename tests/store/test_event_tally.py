@@ -30,7 +30,9 @@ from agent.store.store import Store
 pytestmark = pytest.mark.timeout(60)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SETTINGS = RetentionSettings(arrivals=timedelta(days=30), payloads=timedelta(days=90), keys=timedelta(days=400))
+SETTINGS = RetentionSettings(
+    arrivals=timedelta(days=30), payloads=timedelta(days=90), keys=timedelta(days=400)
+)
 
 
 def at(days: float) -> str:
@@ -110,14 +112,19 @@ async def test_a_full_tally_is_folded_in_the_batch(tmp_path: Path, monkeypatch: 
 
 
 async def test_pruning_folds_the_tally_before_its_rules_read_the_counts(tmp_path: Path) -> None:
-    stores = [await record_all(tmp_path / f"{n}.db", BATCHES, fold_each=n == "folded") for n in ("folded", "tallied")]
+    stores = [
+        await record_all(tmp_path / f"{n}.db", BATCHES, fold_each=n == "folded")
+        for n in ("folded", "tallied")
+    ]
     try:
         for store in stores:
             async with store._lock, store._transaction():
                 await store.db.execute("UPDATE outbox SET state = 'delivered', sent_at = ?", (at(9),))
         for now in (T0 + timedelta(days=35), T0 + timedelta(days=120)):
             totals = [await prune(s, SETTINGS, now) for s in stores]
-            assert [(t.arrivals, t.payloads) for t in totals] == [(totals[0].arrivals, totals[0].payloads)] * 2
+            assert [(t.arrivals, t.payloads) for t in totals] == [
+                (totals[0].arrivals, totals[0].payloads)
+            ] * 2
         assert totals[0].payloads > 0
         keys = [list(await s.db.execute_fetchall("SELECT * FROM event_keys ORDER BY 1")) for s in stores]
         assert keys[0] == keys[1]
@@ -135,8 +142,10 @@ async def test_a_store_made_before_the_tally_opens_with_its_data(tmp_path: Path)
     await old.close()
     with sqlite3.connect(path) as con:  # as the older version's pruning would have left it
         con.execute("DELETE FROM arrivals WHERE canonical_id = 1")
-        con.execute("DELETE FROM arrivals WHERE arrival_id = (SELECT max(arrival_id) FROM arrivals"
-                    " WHERE canonical_id = 2)")
+        con.execute(
+            "DELETE FROM arrivals WHERE arrival_id = (SELECT max(arrival_id) FROM arrivals"
+            " WHERE canonical_id = 2)"
+        )
     before = events_rows(path)
     store = await Store.open(path)
     try:
@@ -165,7 +174,9 @@ async def test_an_event_goes_once_its_last_arrival_is_pruned(tmp_path: Path) -> 
         # on day 8.5 the arrivals before day 8 go: event 4 (last arrival day 6) loses all of its
         # and goes; events 1, 2 and 5 keep those of days 8 and 9; the conflict (3) keeps its own,
         # and event 1 its first arrival (the evidence of the boot B1) for ever
-        short = RetentionSettings(arrivals=timedelta(days=0.5), payloads=timedelta(days=0.5), keys=SETTINGS.keys)
+        short = RetentionSettings(
+            arrivals=timedelta(days=0.5), payloads=timedelta(days=0.5), keys=SETTINGS.keys
+        )
         first = await prune(store, short, T0 + timedelta(days=8.5))
         assert (first.arrivals, first.payloads) == (8, 1)
         rows = await store.db.execute_fetchall(
