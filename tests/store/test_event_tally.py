@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.config.retention import RetentionSettings
 from agent.core.contract import Delivery
@@ -189,3 +192,39 @@ async def test_an_event_goes_once_its_last_arrival_is_pruned(tmp_path: Path) -> 
         assert last.payloads == 2 and [r[0] for r in left] == [1, 3]
     finally:
         await store.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(st.integers(0, 7), st.integers(0, 1), st.integers(0, 40)), min_size=1, max_size=6),
+        min_size=1,
+        max_size=6,
+    ),
+    fold_rows=st.sampled_from([1, 3, 20_000]),
+    now_day=st.integers(0, 150),
+)
+async def test_any_batches_read_the_same_tallied_or_folded(
+    batches: list[list[tuple[int, int, int]]], fold_rows: int, now_day: int
+) -> None:
+    """Property: whatever the batches and the fold threshold, the report and the prune plan of a
+    tallied store are those of a store folded after every batch, and so are the rows once closed."""
+    made = [[d(str(tid), day, v) for tid, v, day in batch] for batch in batches]
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [Path(tmp) / "folded.db", Path(tmp) / "tallied.db"]
+        original = tally.FOLD_ROWS
+        tally.FOLD_ROWS = fold_rows
+        try:
+            stores = [await record_all(p, made, fold_each=i == 0) for i, p in enumerate(paths)]
+        finally:
+            tally.FOLD_ROWS = original
+        try:
+            reports = [[e async for e in report.events(s.db, "state")] for s in stores]
+            assert reports[0] == reports[1]
+            now = T0 + timedelta(days=now_day)
+            plans = [{k: v.as_dict() for k, v in (await plan(s, SETTINGS, now)).items()} for s in stores]
+            assert plans[0] == plans[1]
+        finally:
+            for s in stores:
+                await s.close()
+        assert events_rows(paths[0]) == events_rows(paths[1])
