@@ -107,11 +107,12 @@ async def _arrivals_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: P
         " AND a.arrival_id NOT IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)"
         " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.canonical_id = a.canonical_id"
         f" AND NOT (e.status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}))"
-        " RETURNING canonical_id",
+        " RETURNING canonical_id, decision",
         {"lo": lo, "hi": hi, "cut": cut.arrivals, **params},
     )
-    # Each event counts the arrivals of it that went: the payload stage reads that count.
-    by_event = Counter(int(r[0]) for r in gone)
+    # Each event counts its later arrivals that went (its first is looked up by id): the payload
+    # stage reads that count. An event never repeated is not written here.
+    by_event = Counter(int(r[0]) for r in gone if r[1] == "duplicate")
     await store.db.executemany(
         "UPDATE events SET pruned_arrivals = pruned_arrivals + ? WHERE canonical_id = ?",
         [(n, cid) for cid, n in sorted(by_event.items())],
@@ -127,7 +128,9 @@ async def _payloads_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: P
         "SELECT canonical_id, source, transition_id, boot_id, payload_hash, first_arrival, last_arrival"
         " FROM events e WHERE canonical_id >= :lo AND canonical_id < :hi AND last_arrival < :cut"
         f" AND status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}"
-        " AND pruned_arrivals > duplicate_count",  # none of its arrivals is left (folded before)
+        # none of its arrivals is left: the first is gone, and every later one (folded before)
+        " AND pruned_arrivals >= duplicate_count"
+        " AND NOT EXISTS (SELECT 1 FROM arrivals a WHERE a.arrival_id = e.first_arrival_id)",
         {"lo": lo, "hi": hi, "cut": cut.payloads, **params},
     )
     if not rows:

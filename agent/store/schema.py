@@ -325,19 +325,21 @@ MIGRATIONS.append(TALLY_MIGRATION)
 
 # Retention's payload stage asks whether any arrival of an event is left. It used to find out
 # through an index of the arrivals by canonical id, which every re-delivery of an old event
-# wrote at a random place (docs/performance.md); it counts instead: an event's arrivals are its
-# first one and `duplicate_count` later ones, and pruning adds the ones it removes to
-# `pruned_arrivals`, so none is left when `pruned_arrivals > duplicate_count`. A store made
-# before it gets the count of the arrivals already pruned (through the index, once), then the
-# index goes.
+# wrote at a random place (docs/performance.md); it looks and counts instead: an event's
+# arrivals are its first one (`first_arrival_id`, looked up by id) and `duplicate_count` later
+# ones, and pruning adds the later ones it removes to `pruned_arrivals`, so none is left when the
+# first is gone and `pruned_arrivals >= duplicate_count` (an event never repeated is never
+# written by pruning). A store made before it gets the count of the later arrivals already
+# pruned (through the index, once), then the index goes.
 ARRIVAL_COUNT_MIGRATION: Migration = (
     len(MIGRATIONS) + 1,
     "events count their pruned arrivals; the arrivals' canonical id index goes",
     [
         "ALTER TABLE events ADD COLUMN pruned_arrivals INTEGER NOT NULL DEFAULT 0",
-        """UPDATE events SET pruned_arrivals = 1 + duplicate_count
+        """UPDATE events SET pruned_arrivals = duplicate_count
             + coalesce((SELECT sum(t.later) FROM event_tally t WHERE t.canonical_id = events.canonical_id), 0)
-            - (SELECT count(*) FROM arrivals a WHERE a.canonical_id = events.canonical_id)""",
+            - (SELECT count(*) FROM arrivals a WHERE a.canonical_id = events.canonical_id
+                AND a.arrival_id <> events.first_arrival_id)""",
         "DROP INDEX arrivals_by_canonical",
     ],
 )
