@@ -19,7 +19,7 @@ from typing import Any
 from agent.core import decide
 from agent.core.contract import Anomaly, Decision, Delivery, Key, Rejection
 from agent.core.errors import StoreError
-from agent.store import rows
+from agent.store import rows, tally
 from agent.store.boots import known_boots, record_anomalies, record_boots
 
 log = logging.getLogger(__name__)
@@ -51,17 +51,16 @@ def record_batch(
     marks = read_marks(db)
     arrival_ids = [marks.last_arrival_id + 1 + i for i in range(len(items))]
     firsts = first_deliveries(items)
-    canonical, pruned, new = look_up_canonicals(db, path, firsts, marks)
+    canonical, pruned, new, first_at = look_up_canonicals(db, path, firsts, marks)
     forgotten = forgotten_of(db, list(firsts)) if marks.has_forgotten and firsts else None
     outcomes, updates = decide.classify(
         items, canonical, marks.max_canonical, pruned=pruned, forgotten=forgotten
     )
     # The events this batch creates are inserted with the counts of their later arrivals in the
-    # batch; only events stored before the batch get their counts by an UPDATE.
+    # batch; events stored before the batch get theirs by an UPDATE, or in the tally.
     insert_canonicals(db, path, new, arrival_ids, marks, updates)
-    insert_arrivals(
-        db, items, arrival_ids, outcomes, [u for u in updates if u.canonical_id <= marks.max_canonical]
-    )
+    insert_arrivals(db, items, arrival_ids, outcomes)
+    update_counts(db, [u for u in updates if u.canonical_id <= marks.max_canonical], pruned, first_at)
     if pruned or forgotten:
         record_retention_side(db, outcomes, updates, pruned)
     # Sightings read straight from a controller come first: they carry the real evidence
@@ -135,8 +134,9 @@ def look_up_canonicals(
     path: str,
     firsts: dict[Key, tuple[Delivery, int]],
     marks: Marks,
-) -> tuple[dict[Key, tuple[int, str]], set[int], list[tuple[Key, Delivery, int]]]:
-    """(canonical of every key, pruned ids, the keys to insert with their first delivery).
+) -> tuple[dict[Key, tuple[int, str]], set[int], list[tuple[Key, Delivery, int]], dict[int, str]]:
+    """(canonical of every key, pruned ids, the keys to insert with their first delivery, the
+    `first_arrival` of every canonical stored before the batch).
 
     The keys already stored are read (one indexed look-up per key, with the compact key records
     once retention made some); each new key gets the id its insert will get: with AUTOINCREMENT
@@ -146,12 +146,15 @@ def look_up_canonicals(
     look-up finds it there, so no second canonical is made for it.
     """
     if not firsts:
-        return {}, set(), []
-    known, pruned = canonical_of(db, path, list(firsts), marks.has_key_records, complete=False)
+        return {}, set(), [], {}
+    first_at: dict[int, str] = {}
+    known, pruned = canonical_of(
+        db, path, list(firsts), marks.has_key_records, complete=False, first_at=first_at
+    )
     new = [(key, d, i) for key, (d, i) in firsts.items() if key not in known]
     for n, (key, d, _) in enumerate(new, marks.max_canonical + 1):
         known[key] = (n, d.payload_hash)
-    return known, pruned, new
+    return known, pruned, new, first_at
 
 
 def insert_canonicals(
@@ -216,12 +219,14 @@ def canonical_of(
     with_key_records: bool = False,
     *,
     complete: bool = True,
+    first_at: dict[int, str] | None = None,
 ) -> tuple[dict[Key, tuple[int, str]], set[int]]:
     """Read (canonical_id, payload_hash) of the keys stored, one query per chunk.
 
     With `with_key_records`, keys whose payload was pruned are read from their compact key
     record; their canonical ids are returned as the second value. With `complete` (a read-back
-    after the insert), every key must be found.
+    after the insert), every key must be found. `first_at`, when given, is filled with the
+    `first_arrival` of every canonical id found (it comes with the row that is read anyway).
     """
     found: dict[Key, tuple[int, str]] = {}
     pruned: set[int] = set()
@@ -233,19 +238,21 @@ def canonical_of(
         # scans the whole table in SQLite 3.40.
         sql = (
             f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
-            " e.canonical_id, e.payload_hash, 0 FROM k JOIN events e"
+            " e.canonical_id, e.payload_hash, 0, e.first_arrival FROM k JOIN events e"
             " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
         )
         if with_key_records:
             sql += (
                 " UNION ALL SELECT x.source, x.transition_id, x.boot_id, x.canonical_id,"
-                " lower(hex(x.payload_hash)), 1 FROM k JOIN event_keys x"
+                " lower(hex(x.payload_hash)), 1, x.first_arrival FROM k JOIN event_keys x"
                 " ON x.source = k.s AND x.transition_id = k.t AND x.boot_id = k.b"
             )
         for r in db.execute(sql, params).fetchall():
             found[Key(r[0], r[1], r[2])] = (int(r[3]), str(r[4]))
             if r[5]:
                 pruned.add(int(r[3]))
+            if first_at is not None:
+                first_at[int(r[3])] = str(r[6])
     missing = [k for k in keys if k not in found] if complete else []
     if missing:  # cannot happen inside BEGIN IMMEDIATE unless the schema is broken
         raise StoreError(f"Store {path}: canonical rows vanished for {len(missing)} keys")
@@ -273,9 +280,8 @@ def insert_arrivals(
     items: Sequence[Delivery | Rejection],
     arrival_ids: list[int],
     outcomes: list[decide.Outcome],
-    updates: Sequence[decide.EventUpdate],
 ) -> None:
-    """Every arrival, and the counts of the canonical events they touched (`updates`)."""
+    """Every arrival (the counts they add to events stored before the batch: `update_counts`)."""
     insert_many(
         db,
         rows.ARRIVAL_COLUMNS,
@@ -286,6 +292,34 @@ def insert_arrivals(
     via = [(it.via, a) for a, it in pairs if isinstance(it, Delivery) and it.via]
     if via:  # OPC UA alarm arrivals say how they came (live or refresh); others leave it out
         db.executemany("UPDATE arrivals SET via = ? WHERE arrival_id = ?", via)
+
+
+def update_counts(
+    db: sqlite3.Connection,
+    stored: Sequence[decide.EventUpdate],
+    pruned: set[int],
+    first_at: dict[int, str],
+) -> None:
+    """What the batch's later arrivals add to the canonical events stored before it (`stored`).
+
+    A conflict, or an arrival earlier than the event's `first_arrival`, updates the event's row
+    (rare); the rest only add later arrivals and a last arrival: appended to the tally
+    (`agent.store.tally`), which is folded into `events` once it holds `tally.FOLD_ROWS` rows.
+    Pruned events (compact key records) are `record_retention_side`'s."""
+    updates: list[decide.EventUpdate] = []
+    tallied: list[tuple[Any, ...]] = []
+    for u in stored:
+        cid = u.canonical_id
+        if cid in pruned:
+            continue
+        if u.conflicts or u.first_arrival < first_at[cid]:
+            updates.append(u)
+        else:
+            tallied.append((cid, u.later_arrivals, u.last_arrival))
+    if tallied:
+        insert_many(db, tally.INSERT_TALLY_HEAD, tally.TALLY_WIDTH, tallied)
+        if tally.tally_rows(db) >= tally.FOLD_ROWS:
+            tally.fold(db)
     if updates:
         width = rows.UPDATE_EVENT_COUNTS_WIDTH
         one = "(" + ",".join("?" * width) + ")"

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,6 +41,7 @@ from agent.config.retention import RetentionSettings
 from agent.core.errors import StoreError
 from agent.core.retention import Cutoffs, cutoffs
 from agent.store.store import Store
+from agent.store.tally import fold_async
 
 log = logging.getLogger(__name__)
 
@@ -97,16 +99,25 @@ Step = Callable[[Store, int, int, Cutoffs, PruneTotals], Awaitable[None]]
 
 async def _arrivals_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: PruneTotals) -> None:
     marks, params = await upstream_params(store)
-    cur = await store.db.execute(
+    gone = await _all(
+        store.db,
         "DELETE FROM arrivals AS a WHERE a.arrival_id >= :lo AND a.arrival_id < :hi AND a.arrival_at < :cut"
         " AND a.decision IN ('inserted', 'duplicate')"
         " AND a.arrival_id NOT IN (SELECT arrival_id FROM pending)"
         " AND a.arrival_id NOT IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)"
         " AND NOT EXISTS (SELECT 1 FROM events e WHERE e.canonical_id = a.canonical_id"
-        f" AND NOT (e.status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}))",
+        f" AND NOT (e.status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}))"
+        " RETURNING canonical_id, decision",
         {"lo": lo, "hi": hi, "cut": cut.arrivals, **params},
     )
-    totals.arrivals += max(cur.rowcount, 0)
+    # Each event counts its later arrivals that went (its first is looked up by id): the payload
+    # stage reads that count. An event never repeated is not written here.
+    by_event = Counter(int(r[0]) for r in gone if r[1] == "duplicate")
+    await store.db.executemany(
+        "UPDATE events SET pruned_arrivals = pruned_arrivals + ? WHERE canonical_id = ?",
+        [(n, cid) for cid, n in sorted(by_event.items())],
+    )
+    totals.arrivals += len(gone)
 
 
 async def _payloads_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: PruneTotals) -> None:
@@ -117,7 +128,9 @@ async def _payloads_step(store: Store, lo: int, hi: int, cut: Cutoffs, totals: P
         "SELECT canonical_id, source, transition_id, boot_id, payload_hash, first_arrival, last_arrival"
         " FROM events e WHERE canonical_id >= :lo AND canonical_id < :hi AND last_arrival < :cut"
         f" AND status = 'Canonical' AND {delivered_sql('e.canonical_id', marks)}"
-        " AND NOT EXISTS (SELECT 1 FROM arrivals a WHERE a.canonical_id = e.canonical_id)",
+        # none of its arrivals is left: the first is gone, and every later one (folded before)
+        " AND pruned_arrivals >= duplicate_count"
+        " AND NOT EXISTS (SELECT 1 FROM arrivals a WHERE a.arrival_id = e.first_arrival_id)",
         {"lo": lo, "hi": hi, "cut": cut.payloads, **params},
     )
     if not rows:
@@ -195,6 +208,8 @@ async def _stage(
         async with store._lock:
             t0 = time.perf_counter()
             async with store._transaction():
+                # The events' counts whole before a rule reads them (agent.store.tally).
+                await fold_async(store.db)
                 probe = await _all(
                     store.db,
                     f"SELECT EXISTS(SELECT 1 FROM {table} WHERE {col} >= ? AND {col} < ? AND {tcol} < ?),"

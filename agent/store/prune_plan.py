@@ -28,6 +28,7 @@ from agent.core.retention import (
     payload_verdict,
 )
 from agent.store.prune import upstream_names
+from agent.store.tally import LAST_ARRIVAL, TALLY_BY_EVENT
 
 if TYPE_CHECKING:
     from agent.store.store import Store
@@ -97,8 +98,9 @@ async def _plan_arrivals(
     sql = (
         "SELECT a.decision, a.arrival_at, a.arrival_id IN (SELECT arrival_id FROM pending),"
         " a.arrival_id IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL),"
-        f" e.canonical_id, e.status, e.last_arrival, {_OUTBOX_STATES.format(marks=marks)}"
-        " FROM arrivals a LEFT JOIN events e ON e.canonical_id = a.canonical_id WHERE a.arrival_at < :cut"
+        f" e.canonical_id, e.status, {LAST_ARRIVAL}, {_OUTBOX_STATES.format(marks=marks)}"
+        " FROM arrivals a LEFT JOIN events e ON e.canonical_id = a.canonical_id"
+        f" LEFT JOIN ({TALLY_BY_EVENT}) t ON t.tally_id = e.canonical_id WHERE a.arrival_at < :cut"
     )
     async with db.execute(sql, {"cut": cut.arrivals, **ups}) as cur:
         while rows := await cur.fetchmany(5000):
@@ -111,13 +113,17 @@ async def _plan_arrivals(
 async def _plan_payloads(
     db: aiosqlite.Connection, cut: Cutoffs, marks: str, ups: dict[str, Any], stage: StagePlan
 ) -> None:
-    # Arrivals that this run keeps: younger than their horizon, or kept for a reason of their own.
+    # Arrivals that this run keeps: younger than their horizon, or kept for a reason of their own,
+    # counted per event in one pass over the arrivals (they have no index by canonical id).
     sql = (
-        f"SELECT e.status, e.last_arrival, {_OUTBOX_STATES.format(marks=marks)},"
-        " (SELECT count(*) FROM arrivals a WHERE a.canonical_id = e.canonical_id AND (a.arrival_at >= :acut"
+        f"SELECT e.status, {LAST_ARRIVAL}, {_OUTBOX_STATES.format(marks=marks)}, coalesce(k.kept, 0)"
+        f" FROM events e LEFT JOIN ({TALLY_BY_EVENT}) t ON t.tally_id = e.canonical_id"
+        " LEFT JOIN (SELECT a.canonical_id AS kept_id, count(*) AS kept FROM arrivals a"
+        "  WHERE a.canonical_id IS NOT NULL AND (a.arrival_at >= :acut"
         "  OR a.decision NOT IN ('inserted', 'duplicate')"
-        "  OR a.arrival_id IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL)))"
-        " FROM events e WHERE e.last_arrival < :cut"
+        "  OR a.arrival_id IN (SELECT arrival_id FROM boots WHERE arrival_id IS NOT NULL))"
+        "  GROUP BY a.canonical_id) k ON k.kept_id = e.canonical_id"
+        f" WHERE {LAST_ARRIVAL} < :cut"
     )
     async with db.execute(sql, {"cut": cut.payloads, "acut": cut.arrivals, **ups}) as cur:
         while rows := await cur.fetchmany(5000):

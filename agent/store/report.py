@@ -19,6 +19,7 @@ import aiosqlite
 from agent.core.basis import basis_flags
 from agent.core.contract import Decision
 from agent.core.summary import summary_counts
+from agent.store.tally import LAST_ARRIVAL, REPEATS, TALLY_BY_EVENT
 
 _CHUNK = 1000
 
@@ -70,8 +71,8 @@ async def events(db: aiosqlite.Connection, sort: str = "id") -> AsyncGenerator[d
         _stream(
             db,
             "SELECT canonical_id, source, transition_id, boot_id, source_ts, status, payload, payload_hash,"
-            " duplicate_count, conflict_count, first_arrival, last_arrival, identity_basis"
-            f" FROM events ORDER BY {order}",
+            f" {REPEATS}, conflict_count, first_arrival, {LAST_ARRIVAL}, identity_basis"
+            f" FROM events e LEFT JOIN ({TALLY_BY_EVENT}) t ON t.tally_id = e.canonical_id ORDER BY {order}",
         )
     ) as rows:
         async for r in rows:

@@ -22,6 +22,7 @@ Tables:
   ring_positions    per device: the ring head last read (resume point)
   store_meta        the store id (a UUID made with the store) and other facts about the file
   sparkplug_sends   per attempt of a row on a Sparkplug upstream: its bdSeq and seq (evidence)
+  event_tally       later arrivals of stored events not yet folded into their counts (agent/store/tally.py)
 
 `events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
 `counter`, `event_id` or `window` (agent/core/basis.py).
@@ -302,3 +303,44 @@ SPARKPLUG_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(SPARKPLUG_MIGRATION)
+
+
+# The event tally (agent/store/tally.py): a re-delivery of an event stored in an earlier batch
+# appends its count and arrival time here instead of updating the event's row in every batch;
+# folded into `events` in bulk. Append-only between folds, no index. A store made before it gets
+# an empty tally: its events' counts are already whole.
+TALLY_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "event tally: re-deliveries' counts appended, folded into events in bulk",
+    [
+        """CREATE TABLE event_tally(
+            canonical_id INTEGER NOT NULL,
+            later INTEGER NOT NULL,
+            last_arrival TEXT NOT NULL
+        ) STRICT""",
+    ],
+)
+MIGRATIONS.append(TALLY_MIGRATION)
+
+
+# Retention's payload stage asks whether any arrival of an event is left. It used to find out
+# through an index of the arrivals by canonical id, which every re-delivery of an old event
+# wrote at a random place (docs/performance.md); it looks and counts instead: an event's
+# arrivals are its first one (`first_arrival_id`, looked up by id) and `duplicate_count` later
+# ones, and pruning adds the later ones it removes to `pruned_arrivals`, so none is left when the
+# first is gone and `pruned_arrivals >= duplicate_count` (an event never repeated is never
+# written by pruning). A store made before it gets the count of the later arrivals already
+# pruned (through the index, once), then the index goes.
+ARRIVAL_COUNT_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "events count their pruned arrivals; the arrivals' canonical id index goes",
+    [
+        "ALTER TABLE events ADD COLUMN pruned_arrivals INTEGER NOT NULL DEFAULT 0",
+        """UPDATE events SET pruned_arrivals = duplicate_count
+            + coalesce((SELECT sum(t.later) FROM event_tally t WHERE t.canonical_id = events.canonical_id), 0)
+            - (SELECT count(*) FROM arrivals a WHERE a.canonical_id = events.canonical_id
+                AND a.arrival_id <> events.first_arrival_id)""",
+        "DROP INDEX arrivals_by_canonical",
+    ],
+)
+MIGRATIONS.append(ARRIVAL_COUNT_MIGRATION)

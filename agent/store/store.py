@@ -32,6 +32,7 @@ statement: each trip is a queue put, a future and a wake-up of the event loop).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ import aiosqlite
 from agent.core import decide
 from agent.core.alarms import AlarmMemory
 from agent.core.contract import Anomaly, Delivery, Rejection
+from agent.core.errors import StoreError
 from agent.core.snapshot import Positions
 from agent.store.alarm_memory import alarm_memory
 from agent.store.batch import record_batch
@@ -49,7 +51,10 @@ from agent.store.outbox import Outbox
 from agent.store.positions import record_positions
 from agent.store.review import Mark
 from agent.store.review import mark as review_mark
-from agent.store.schema import MIGRATIONS, Migration
+from agent.store.schema import MIGRATIONS, TALLY_MIGRATION, Migration
+from agent.store.tally import fold_async, tally_waiting
+
+log = logging.getLogger(__name__)
 
 _BACKFILL = (
     ("transition", "canonical_id", "events", ""),
@@ -75,6 +80,7 @@ class Store:
         self._upstreams: list[str] = []
         self.outbox = Outbox(self._writer)
         self.store_id = ""  # the UUID made with the store (contract section 4); set by `open`
+        self._tally = True  # the schema has the event tally (a store opened at an older version has not)
 
     @classmethod
     async def open(
@@ -98,6 +104,7 @@ class Store:
             migrations=migrations,
         )
         store = cls(db, spath)
+        store._tally = TALLY_MIGRATION in migrations
         try:
             store._upstreams = await store._upstream_names()
             store.store_id = await read_store_id(db)
@@ -107,7 +114,16 @@ class Store:
         return store
 
     async def close(self) -> None:
-        await self.db.close()
+        """Fold the event tally into the events' counts (agent.store.tally), then close. A fold
+        that fails (a full disk) leaves the tally as it is: every reader counts it in."""
+        try:
+            if self._tally and await tally_waiting(self.db):  # the write lock only when there is one
+                async with self._lock, self._transaction():
+                    await fold_async(self.db)
+        except (StoreError, sqlite3.Error, ValueError) as exc:
+            log.warning("store %s: the event tally stays unfolded: %s", self.path, exc)
+        finally:
+            await self.db.close()
 
     async def set_quota(self, max_bytes: int | None) -> None:
         """Let the database grow to `max_bytes` from now on (this connection; None: no quota).
