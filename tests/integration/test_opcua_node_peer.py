@@ -221,29 +221,46 @@ async def test_a_counter_reset_on_node_opcua_is_a_reset_anomaly_and_a_conflict(
     assert [(a["kind"], a["from"], a["to"]) for a in anomalies] == [("reset", "3", "0")]
 
 
-async def test_basic256sha256_sign_and_encrypt_against_node_opcua_delivers(
-    agent_for: Any, wait_until: Any, tmp_path: Path
-) -> None:
-    # The server offers only Basic256Sha256 SignAndEncrypt with devices/pki.py's server
-    # certificate, pinned by the agent; the agent's own certificate is accepted by node-opcua.
+async def secure_node_server(
+    tmp_path: Path, *, reject_unknown_clients: bool = False
+) -> tuple[Any, NodeServer]:
+    """A node-opcua server offering only Basic256Sha256 SignAndEncrypt with devices/pki.py's
+    server certificate, and the test PKI (its trusted client is the agent's certificate)."""
     if (why := node_missing()) is not None:
         pytest.skip(why)
     pki = await make_test_pki(tmp_path / "certs")
     cert_pem = tmp_path / "server_cert.pem"
     cert = x509.load_der_x509_certificate(pki.server.certificate.read_bytes())
     cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    server = await start_node_server(tmp_path / "pki", 17, 0, str(cert_pem), str(pki.server.private_key))
+    server = await start_node_server(
+        tmp_path / "pki", 17, 0, str(cert_pem), str(pki.server.private_key),
+        reject_unknown_clients=reject_unknown_clients,
+    )  # fmt: skip
+    return pki, server
+
+
+def secure_device(pki: Any, server: NodeServer, **entry: Any) -> dict[str, Any]:
+    """The device's config: SignAndEncrypt with the agent's certificate, the server's pinned."""
+    security = {
+        "policy": "Basic256Sha256",
+        "mode": "SignAndEncrypt",
+        "certificate": str(pki.trusted_client.certificate),
+        "private_key": str(pki.trusted_client.private_key),
+        "server_certificate": str(pki.server.certificate),
+    }
+    ctrl = Controller(NAME, [ChannelSpec("Trip")], ring_capacity=8)
+    opcua = {"endpoint": server.endpoint, "security": security}
+    return device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), **entry)
+
+
+async def test_basic256sha256_sign_and_encrypt_against_node_opcua_delivers(
+    agent_for: Any, wait_until: Any, tmp_path: Path
+) -> None:
+    # The server offers only Basic256Sha256 SignAndEncrypt with devices/pki.py's server
+    # certificate, pinned by the agent; the agent's own certificate is accepted by node-opcua.
+    pki, server = await secure_node_server(tmp_path)
     try:
-        ctrl = Controller(NAME, [ChannelSpec("Trip")], ring_capacity=8)
-        security = {
-            "policy": "Basic256Sha256",
-            "mode": "SignAndEncrypt",
-            "certificate": str(pki.trusted_client.certificate),
-            "private_key": str(pki.trusted_client.private_key),
-            "server_certificate": str(pki.server.certificate),
-        }
-        opcua = {"endpoint": server.endpoint, "security": security}
-        entry = device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), poll="100ms")
+        entry = secure_device(pki, server, poll="100ms")
         async with agent_for(load_devices(tmp_path, entry)) as view:
 
             async def booted() -> bool:
@@ -268,27 +285,9 @@ async def test_node_opcua_refusing_our_certificate_is_an_unavailable_link_that_s
     # node-opcua with automaticallyAcceptUnknownCertificate off: the agent's certificate is not in
     # its trusted folder, so the secure channel is refused. The agent must not crash, not record,
     # and say what the PLC's administrator has to do.
-    if (why := node_missing()) is not None:
-        pytest.skip(why)
-    pki = await make_test_pki(tmp_path / "certs")
-    cert_pem = tmp_path / "server_cert.pem"
-    cert = x509.load_der_x509_certificate(pki.server.certificate.read_bytes())
-    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    server = await start_node_server(
-        tmp_path / "pki", 17, 0, str(cert_pem), str(pki.server.private_key), reject_unknown_clients=True
-    )
+    pki, server = await secure_node_server(tmp_path, reject_unknown_clients=True)
     try:
-        ctrl = Controller(NAME, [ChannelSpec("Trip")], ring_capacity=8)
-        security = {
-            "policy": "Basic256Sha256",
-            "mode": "SignAndEncrypt",
-            "certificate": str(pki.trusted_client.certificate),
-            "private_key": str(pki.trusted_client.private_key),
-            "server_certificate": str(pki.server.certificate),
-        }
-        entry = device_config(
-            ctrl, opcua={"endpoint": server.endpoint, "security": security}, nodes=NodeLayout(ctrl)
-        )
+        entry = secure_device(pki, server)
         dev = load_devices(tmp_path, entry)[0]
         src = OpcUaSource(dev, dev.connections[0])  # type: ignore[arg-type]
         with pytest.raises(SourceUnavailable) as err:
@@ -299,7 +298,11 @@ async def test_node_opcua_refusing_our_certificate_is_an_unavailable_link_that_s
         assert text.startswith("refused: ") and "not trust the agent's certificate" in text, text
         assert ours.thumbprint in text and ours.subject in text, text
         # The PLC administrator's step: node-opcua filed our certificate under rejected/; trusted now.
-        (rejected,) = (tmp_path / "pki" / "rejected").glob("*.pem")
+        for _ in range(100):  # node-opcua writes the file beside its answer, not before it
+            if found := list((tmp_path / "pki" / "rejected").glob("*.pem")):
+                break
+            await asyncio.sleep(0.1)
+        (rejected,) = found
         rejected.rename(tmp_path / "pki" / "trusted" / "certs" / rejected.name)
         for _ in range(100):  # node-opcua's certificate manager notices the file
             try:

@@ -141,12 +141,12 @@ async def test_sent_with_idempotency_key_and_attempt_headers(
     assert [r[3:] for r in await rows(ledger_conn)] == [("sent", 1)]
 
 
-async def test_two_workers_never_send_one_row_at_once(
-    ledger_conn: Conn, ledger_dsn: str, receiver: Receiver
-) -> None:
-    await record(ledger_conn, [line(n) for n in range(300)], [NotifyRule("trip", receiver.url)])
-    workers = [Notifier(ledger_dsn, batch=20), Notifier(ledger_dsn, batch=20)]
+async def two_workers_drain(dsn: str, receiver: Receiver, n: int) -> list[Notifier]:
+    """Two notifiers (batches of 20) send until neither finds a row; every one of the `n` rows
+    reached `receiver` once, none sent by both."""
     import aiohttp
+
+    workers = [Notifier(dsn, batch=20), Notifier(dsn, batch=20)]
 
     async def drain(w: Notifier, s: aiohttp.ClientSession) -> None:
         while await w.run_once(s):
@@ -157,7 +157,15 @@ async def test_two_workers_never_send_one_row_at_once(
     for w in workers:
         await w.close()
     keys = [r["headers"]["Idempotency-Key"] for r in receiver.got]
-    assert len(keys) == 300 and len(set(keys)) == 300, "every row sent once, none by both workers"
+    assert len(keys) == n and len(set(keys)) == n, "every row sent once, none by both workers"
+    return workers
+
+
+async def test_two_workers_never_send_one_row_at_once(
+    ledger_conn: Conn, ledger_dsn: str, receiver: Receiver
+) -> None:
+    await record(ledger_conn, [line(n) for n in range(300)], [NotifyRule("trip", receiver.url)])
+    workers = await two_workers_drain(ledger_dsn, receiver, 300)
     assert all(w.sent > 0 for w in workers), "both workers took a share"
     assert {r[3:] for r in await rows(ledger_conn)} == {("sent", 1)}
 

@@ -11,19 +11,17 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import psycopg
 import pytest
 from conftest import TEMPLATE, _new_database, reset
 from test_arbitration import _identity_cases, decide
-from test_notifications import Receiver, receiver  # noqa: F401 (a fixture)
+from test_notifications import Receiver, receiver, two_workers_drain  # noqa: F401 (a fixture)
 
 from agent.core.intake import parse_delivery
 from agent.ledger import arbiter, layout, report
 from agent.ledger.arrivals import Arrival
 from agent.ledger.config import NotifyRule
 from agent.ledger.connection import connect
-from agent.ledger.notifier import Notifier
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 NOW = "2026-04-22T09:00:00.000Z"
@@ -146,19 +144,7 @@ async def test_two_notifiers_on_the_partitioned_layout_send_every_row_once(
     ]  # fmt: skip
     decisions = await arbiter.record(part_conn, items, rules=[NotifyRule("trip", receiver.url)])
     assert {oc.decision.value for oc in decisions} == {"inserted"}
-    dsn = part_conn.info.dsn
-    workers = [Notifier(dsn, batch=20), Notifier(dsn, batch=20)]
-
-    async def drain(w: Notifier, s: aiohttp.ClientSession) -> None:
-        while await w.run_once(s):
-            pass
-
-    async with aiohttp.ClientSession() as s:
-        await asyncio.gather(*(drain(w, s) for w in workers))
-    for w in workers:
-        await w.close()
-    keys = [r["headers"]["Idempotency-Key"] for r in receiver.got]
-    assert len(keys) == 300 and len(set(keys)) == 300, "every row sent once, none by both workers"
+    await two_workers_drain(part_conn.info.dsn, receiver, 300)
     cur = await part_conn.execute("SELECT state, attempts, count(*) FROM notification GROUP BY 1, 2")
     assert await cur.fetchall() == [("sent", 1, 300)]
     await part_conn.commit()
