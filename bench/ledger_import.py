@@ -110,6 +110,21 @@ def command(name: str, dsn: str, file: Path) -> list[str]:
     return [sys.executable, LEAN, dsn, str(file)]
 
 
+def make_template(cluster: pgcluster.Cluster) -> str:
+    """The database `bench_template` with the ledger's schema (`ledger migrate`), which each
+    round's database copies (`fresh_db`); its DSN."""
+    with psycopg.connect(cluster.dsn(), autocommit=True) as c:
+        c.execute("CREATE DATABASE bench_template")
+    template = cluster.dsn("bench_template")
+    subprocess.run(
+        [sys.executable, "-m", "agent", "ledger", "--dsn", template, "migrate"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return template
+
+
 def fresh_db(cluster: pgcluster.Cluster) -> str:
     name = "b_" + uuid.uuid4().hex[:10]
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
@@ -148,15 +163,7 @@ def main() -> None:
         sys.exit(2)
     cluster = pgcluster.create(bindir, durable=True)
     try:
-        with psycopg.connect(cluster.dsn(), autocommit=True) as c:
-            c.execute("CREATE DATABASE bench_template")
-        template = cluster.dsn("bench_template")
-        subprocess.run(
-            [sys.executable, "-m", "agent", "ledger", "--dsn", template, "migrate"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
+        make_template(cluster)
         postmaster = int((cluster.datadir / "postmaster.pid").read_text().split()[0])
         with tempfile.TemporaryDirectory() as tmp:
             files = {dup: Path(tmp) / f"dup{dup}.jsonl" for dup in (0, 50)}

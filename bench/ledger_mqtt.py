@@ -63,6 +63,7 @@ from mosquitto import MOSQUITTO, Broker  # noqa: E402
 from paho.mqtt.packettypes import PacketTypes  # noqa: E402
 from paho.mqtt.properties import Properties  # noqa: E402
 
+from bench import ledger_import  # noqa: E402
 from bench.ledger_import import server_cpu_s, write_file  # noqa: E402
 from bench.ledger_lean import SCHEMA as LEAN_SCHEMA  # noqa: E402
 
@@ -144,15 +145,8 @@ async def publish(port: int, msgs: list[tuple[str, bytes]]) -> None:
 
 
 def make_template(cluster: pgcluster.Cluster) -> None:
-    with psycopg.connect(cluster.dsn(), autocommit=True) as c:
-        c.execute("CREATE DATABASE bench_template")
-    template = cluster.dsn("bench_template")
-    subprocess.run(
-        [sys.executable, "-m", "agent", "ledger", "--dsn", template, "migrate"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+    """The ledger's template (bench/ledger_import.py) with the lean arbiter's tables beside."""
+    template = ledger_import.make_template(cluster)
     with psycopg.connect(template, autocommit=True) as c:
         c.execute(LEAN_SCHEMA.encode())
 
