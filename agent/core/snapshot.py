@@ -178,7 +178,7 @@ def make_delivery(
         arrival_at=arrival_at,
         payload=payload,
         payload_hash=payload_hash_of_text(payload_json, source_timestamp),
-        raw=json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
+        raw=_evidence_json(evidence),
         receiver=receiver,
         live=live,
         missing=() if boot_id else ("bootId",),
@@ -186,6 +186,11 @@ def make_delivery(
         payload_json=payload_json,
         basis=basis,
     )
+
+
+# json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False) with
+# its encoder made once: json.dumps builds a JSONEncoder on every call given any option.
+_evidence_json = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"), allow_nan=False).encode
 
 
 def _plain(value: Any) -> Any:
@@ -197,7 +202,7 @@ def _plain(value: Any) -> Any:
     if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is dict:
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
     if kind is list or kind is tuple:
         return [_plain(v) for v in value]
     if kind is float:
