@@ -16,7 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agent.core.basis import IdentityBasis
-from agent.core.contract import Anomaly, Delivery, payload_hash_of_text
+from agent.core.contract import Anomaly, Delivery, payload_hash_of_text, polled_delivery
 from agent.core.decide import BootSighting
 from agent.core.jcs import canonical_json
 from agent.core.timestamps import format_timestamp
@@ -170,21 +170,21 @@ def make_delivery(
     payload = {**latched, "state": state}
     payload_json = canonical_json(payload)  # once: the hash and the stored payload are made from it
     evidence = _plain(raw)
-    return Delivery(
-        source=f"{device}/{channel}",
-        transition_id=str(transition_id),
-        boot_id=boot_id,
-        source_timestamp=source_timestamp,
-        arrival_at=arrival_at,
-        payload=payload,
-        payload_hash=payload_hash_of_text(payload_json, source_timestamp),
-        raw=_evidence_json(evidence),
-        receiver=receiver,
-        live=live,
-        missing=() if boot_id else ("bootId",),
-        evidence=evidence,
-        payload_json=payload_json,
-        basis=basis,
+    return polled_delivery(
+        f"{device}/{channel}",
+        str(transition_id),
+        boot_id,
+        source_timestamp,
+        arrival_at,
+        payload,
+        payload_hash_of_text(payload_json, source_timestamp),
+        _evidence_json(evidence),
+        receiver,
+        live,
+        () if boot_id else ("bootId",),
+        evidence,
+        payload_json,
+        basis,
     )
 
 
