@@ -235,8 +235,13 @@ def _plain_simple(value: Any) -> Any:
             out[k] = _plain_simple(v)
         return out
     if kind is list or kind is tuple:
+        if _NUMBERS.issuperset(map(type, value)):  # registers: one C-level look at their types
+            return list(value)
         return [_plain_simple(v) for v in value]
     raise _NotSimple
+
+
+_NUMBERS = frozenset((int, bool, type(None)))
 
 
 # json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False) with
