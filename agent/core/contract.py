@@ -187,6 +187,46 @@ def imported_delivery(
     return d
 
 
+def polled_delivery(
+    source: str,
+    transition_id: str,
+    boot_id: str | None,
+    source_timestamp: str | None,
+    arrival_at: str,
+    payload: dict[str, Any],
+    payload_hash: str,
+    raw: str,
+    receiver: str,
+    live: bool,
+    missing: tuple[str, ...],
+    evidence: dict[str, Any],
+    payload_json: str,
+    basis: str,
+) -> Delivery:
+    """`Delivery(...)` of a poller's read (`agent.core.snapshot.make_delivery`: no line, no `via`,
+    its canonical JSON made), the same object built by setting its slots as `imported_delivery`
+    does (tests/unit/test_contract.py compares them)."""
+    d = _new(Delivery)
+    _set_source(d, source)
+    _set_transition_id(d, transition_id)
+    _set_boot_id(d, boot_id)
+    _set_source_timestamp(d, source_timestamp)
+    _set_arrival_at(d, arrival_at)
+    _set_payload(d, payload)
+    _set_payload_hash(d, payload_hash)
+    _set_raw(d, raw)
+    _set_receiver(d, receiver)
+    _set_live(d, live)
+    _set_line(d, None)
+    _set_missing(d, missing)
+    _set_evidence(d, evidence)
+    _set_payload_json(d, payload_json or canonical_json(payload))
+    _set_basis(d, basis)
+    _set_via(d, None)
+    _set_key(d, Key(source, transition_id, boot_id) if source and transition_id and boot_id else None)
+    return d
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """A delivery that could not be parsed. Its raw bytes are kept with the reason."""

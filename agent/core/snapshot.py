@@ -15,8 +15,10 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import orjson
+
 from agent.core.basis import IdentityBasis
-from agent.core.contract import Anomaly, Delivery, payload_hash_of_text
+from agent.core.contract import Anomaly, Delivery, payload_hash_of_text, polled_delivery
 from agent.core.decide import BootSighting
 from agent.core.jcs import canonical_json
 from agent.core.timestamps import format_timestamp
@@ -169,23 +171,82 @@ def make_delivery(
     """A poller's delivery: payload is exactly ``{"state": ...}`` plus latched fields (contract 1)."""
     payload = {**latched, "state": state}
     payload_json = canonical_json(payload)  # once: the hash and the stored payload are made from it
-    evidence = _plain(raw)
-    return Delivery(
-        source=f"{device}/{channel}",
-        transition_id=str(transition_id),
-        boot_id=boot_id,
-        source_timestamp=source_timestamp,
-        arrival_at=arrival_at,
-        payload=payload,
-        payload_hash=payload_hash_of_text(payload_json, source_timestamp),
-        raw=json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False),
-        receiver=receiver,
-        live=live,
-        missing=() if boot_id else ("bootId",),
-        evidence=evidence,
-        payload_json=payload_json,
-        basis=basis,
+    evidence, evidence_json = evidence_of(raw)
+    return polled_delivery(
+        f"{device}/{channel}",
+        str(transition_id),
+        boot_id,
+        source_timestamp,
+        arrival_at,
+        payload,
+        payload_hash_of_text(payload_json, source_timestamp),
+        evidence_json,
+        receiver,
+        live,
+        () if boot_id else ("bootId",),
+        evidence,
+        payload_json,
+        basis,
     )
+
+
+def evidence_of(raw: Mapping[str, Any]) -> tuple[Any, str]:
+    """A read's evidence as strict JSON and its text: :func:`evidence_reference`'s result.
+
+    The common evidence (dicts with printable-ASCII text keys, lists and tuples, printable-ASCII
+    text, integers, booleans, null: what a register read is made of) is copied by
+    :func:`_plain_simple` and written by orjson with sorted keys, which then writes exactly what
+    json.dumps does (same escapes for printable ASCII, code-point order of ASCII keys); orjson
+    refuses integers beyond 64 bits and deep nesting. Anything else takes the reference."""
+    try:
+        evidence = _plain_simple(raw)
+        return evidence, orjson.dumps(evidence, option=_SORTED).decode()
+    except (_NotSimple, orjson.JSONEncodeError):
+        return evidence_reference(raw)
+
+
+def evidence_reference(raw: Mapping[str, Any]) -> tuple[Any, str]:
+    """The evidence (:func:`_plain`) and its text through json.dumps with sorted keys."""
+    evidence = _plain(raw)
+    return evidence, _evidence_json(evidence)
+
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+class _NotSimple(Exception):
+    """The evidence holds something other than dicts, lists, printable ASCII, ints, booleans, null."""
+
+
+def _plain_simple(value: Any) -> Any:
+    """:func:`_plain` of evidence made only of the plain types above; raises _NotSimple otherwise."""
+    kind = type(value)
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is str:
+        if value.isascii() and value.isprintable():
+            return value
+        raise _NotSimple
+    if kind is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if type(k) is not str or not (k.isascii() and k.isprintable()):
+                raise _NotSimple
+            out[k] = _plain_simple(v)
+        return out
+    if kind is list or kind is tuple:
+        if _NUMBERS.issuperset(map(type, value)):  # registers: one C-level look at their types
+            return list(value)
+        return [_plain_simple(v) for v in value]
+    raise _NotSimple
+
+
+_NUMBERS = frozenset((int, bool, type(None)))
+
+
+# json.dumps(evidence, sort_keys=True, default=str, separators=(",", ":"), allow_nan=False) with
+# its encoder made once: json.dumps builds a JSONEncoder on every call given any option.
+_evidence_json = json.JSONEncoder(sort_keys=True, default=str, separators=(",", ":"), allow_nan=False).encode
 
 
 def _plain(value: Any) -> Any:
@@ -197,7 +258,7 @@ def _plain(value: Any) -> Any:
     if kind is str or kind is int or kind is bool or value is None:
         return value
     if kind is dict:
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
     if kind is list or kind is tuple:
         return [_plain(v) for v in value]
     if kind is float:

@@ -255,7 +255,7 @@ class DeviceTracker:
         boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
         if snap.boot_error:
             boot_raw["error"] = snap.boot_error
-        raw: dict[str, Any] = {"read": dict(ch.raw), "boot": boot_raw}
+        raw: dict[str, Any] = {"read": ch.raw, "boot": boot_raw}  # _plain copies it
         if snap.start_time is not None:
             raw["server_start_time"] = snap.start_time
         return make_delivery(

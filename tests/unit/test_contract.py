@@ -26,6 +26,7 @@ from agent.core.contract import (
     imported_delivery,
     normalize_id,
     payload_hash,
+    polled_delivery,
 )
 from agent.core.timestamps import normalize_timestamp
 
@@ -238,6 +239,46 @@ def test_imported_delivery_is_the_dataclass_built_by_its_init(
         missing=missing,
         evidence=evidence,
         payload_json=payload_json,
+    )
+    assert type(fast) is Delivery
+    for name in Delivery.__slots__:  # `key` is left out of ==, so every slot is compared
+        assert getattr(fast, name) == getattr(slow, name), name
+        assert type(getattr(fast, name)) is type(getattr(slow, name)), name
+    assert fast == slow
+
+
+@given(
+    transition_id=st.one_of(st.just(""), st.text(max_size=5)),
+    boot_id=_ID,
+    source_timestamp=st.one_of(st.none(), st.just("2026-04-22T08:00:12.120Z")),
+    live=st.booleans(),
+    missing=st.sampled_from([(), ("bootId",)]),
+    evidence=st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    payload_json=st.sampled_from(["", '{"a":1}']),
+    basis=st.sampled_from(["counter", "ring", "window"]),
+)
+def test_polled_delivery_is_the_dataclass_built_by_its_init(
+    transition_id: str,
+    boot_id: str | None,
+    source_timestamp: str | None,
+    live: bool,
+    missing: tuple[str, ...],
+    evidence: dict[str, Any],
+    payload_json: str,
+    basis: str,
+) -> None:
+    payload = {"a": 1}
+    args = ("PLC-1/Trip", transition_id, boot_id, source_timestamp, "2026-04-22T09:00:00.000Z", payload, "h")
+    fast = polled_delivery(*args, '{"read":{}}', "modbus:x", live, missing, evidence, payload_json, basis)
+    slow = Delivery(
+        *args,
+        raw='{"read":{}}',
+        receiver="modbus:x",
+        live=live,
+        missing=missing,
+        evidence=evidence,
+        payload_json=payload_json,
+        basis=basis,
     )
     assert type(fast) is Delivery
     for name in Delivery.__slots__:  # `key` is left out of ==, so every slot is compared
