@@ -98,8 +98,14 @@ async def test_wall_clock_jumps_change_neither_identity_dedup_nor_poll_cadence(
 
 
 async def polls(agent: object) -> int:
-    status = await agent.status()  # type: ignore[attr-defined]
-    return sum(c["polls"] for c in status["service"]["connections"])
+    """The polls the service's live state counts. Right after start the service may not have
+    written its first live state yet (a loaded CI machine read `status` before it): wait for it."""
+    for _ in range(100):
+        status = await agent.status()  # type: ignore[attr-defined]
+        if status.get("service") is not None:
+            return sum(c["polls"] for c in status["service"]["connections"])
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the service wrote no live state within 10 s: {status}")
 
 
 def duplicates(db: Path) -> int:
