@@ -144,9 +144,20 @@ class Pair:
         )
 
     def new_database(self, name: str) -> None:
-        """A fresh database on the primary (replicated), the default of `dsn()` from now on."""
+        """A fresh database on the primary (replicated), the default of `dsn()` from now on; it
+        returns once the standby has replayed it too (a synchronous commit waits for the standby's
+        flush, not its replay: a loaded machine once connected to the standby before it had it)."""
+        import psycopg
+
         _sql(self.primary, f"CREATE DATABASE {name}")
         self.dbname = name
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.standby.dsn(), autocommit=True, connect_timeout=10) as conn:
+                if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"the standby did not replay CREATE DATABASE {name} within 60 s")
 
     def _sync_setting(self, cluster: Cluster) -> None:
         names = "FIRST 1 (*)" if self.sync else ""

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 
 COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # 'Q', length 4 + 7, "COMMIT\0"
+COMMITTED = b"C\x00\x00\x00\x0bCOMMIT\x00"  # the server's CommandComplete of that COMMIT
 
 
 class Proxy:
@@ -34,7 +35,7 @@ class Proxy:
         except OSError:
             cw.close()
             return
-        cut = asyncio.Event()
+        cut, answered = asyncio.Event(), asyncio.Event()
 
         async def up() -> None:  # client -> server
             while not cut.is_set():
@@ -48,7 +49,11 @@ class Proxy:
                     sw.write(data)
                     await sw.drain()
                     cw.transport.abort()
-                    await asyncio.sleep(0.3)  # let the server read the COMMIT before it sees the cut
+                    # The server's own answer, never forwarded: only then is the COMMIT whole (with a
+                    # synchronous standby, on the standby too). A fixed 0.3 s was too short on a loaded
+                    # machine: the cut came while the server waited for the standby.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(answered.wait(), 30)
                     sw.transport.abort()
                     return
                 sw.write(data)
@@ -58,8 +63,12 @@ class Proxy:
         async def down() -> None:  # server -> client
             while True:
                 data = await sr.read(65536)
-                if not data or cut.is_set():
+                if not data:
                     break
+                if cut.is_set():
+                    if COMMITTED in data:
+                        answered.set()
+                    continue
                 cw.write(data)
                 await cw.drain()
             if not cut.is_set():
