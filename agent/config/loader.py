@@ -299,7 +299,12 @@ def _dataclass_from(s: _Section, cls: type[T], fixed: dict[str, Any]) -> T | Non
 def _plain_value(s: _Section, key: str, kind: str, kwargs: dict[str, Any]) -> None:
     """A whole number or a text setting, checked against the field's declared type."""
     value = s.raw(key)
-    if "int" in kind and (isinstance(value, bool) or not isinstance(value, int)):
+    if kind == "bool":
+        if isinstance(value, bool):
+            kwargs[key] = value
+        else:
+            s.problem(key, f"must be true or false, not {_kind(value)}")
+    elif "int" in kind and (isinstance(value, bool) or not isinstance(value, int)):
         s.problem(key, f"must be a whole number, not {_kind(value)}")
     elif "str" in kind and not isinstance(value, str | int):
         s.problem(key, f"must be text, not {_kind(value)}")

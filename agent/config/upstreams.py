@@ -98,6 +98,13 @@ class MqttUpstream(MqttClientSettings):
     max_inflight:  QoS 1 messages awaiting PUBACK at once.
     connect_timeout_s / ack_timeout_s / keepalive_s: network limits.
     backfill:      "none" (events recorded from now on) or "all" (everything stored).
+    receipts:      true when the reader is `edge-agent ledger` (docs/upstream.md, "Receipts"): a
+                   PUBACK only says the broker has the event, so a row stays `sent` until the
+                   ledger's receipt on `<site>/receipts/<gateway>` says it committed it, and is
+                   sent again (same id, next attempt) when none comes within `receipt_timeout`,
+                   when the connection was new, and after a restart. Off (the default): a PUBACK
+                   is delivery, which is all an MQTT consumer that is not the ledger can give.
+    receipt_timeout_s: how long a `sent` row waits for its receipt before it is sent again.
     """
 
     name: str
@@ -113,11 +120,15 @@ class MqttUpstream(MqttClientSettings):
     keepalive_s: int = 30
     backoff: Backoff = Backoff()
     backfill: Backfill = "none"
+    receipts: bool = False
+    receipt_timeout_s: float = 60.0
 
     def problems(self) -> list[str]:
         out = _common_problems(self.name, self.batch_size, self.read_size, self.backfill, self.backoff)
         out += tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
         out += mqtt_url_problems(self.url)
+        if self.receipt_timeout_s < 1:
+            out.append("receipt_timeout: must be at least 1 s (the ledger gathers and commits first)")
         if self.qos != 1:
             out.append(f"qos: {self.qos} is not supported; only QoS 1 is acknowledged (PUBACK)")
         if self.protocol not in MQTT_PROTOCOLS:

@@ -50,6 +50,7 @@ class Arrival:
     replayed: bool | None = None
     ce_id: str | None = None
     key: bytes | None = None  # the arrival key when the intake makes it (imports); see arrival_keys
+    outbox: str | None = None  # the gateway's `outboxid` (`<store uuid>:<row id>`): what a receipt names
 
 
 def from_import(item: Delivery | Rejection, default_gateway: str, file_digest: str | None = None) -> Arrival:

@@ -65,8 +65,12 @@ def _dump(ev: Any) -> str:
 def from_event(ev: Any, *, raw: str | bytes, via: Via, now: str) -> Arrival:
     """One structured CloudEvent as an arrival; a broken one is a rejected arrival with the reason."""
     gateway = UNKNOWN_GATEWAY
-    if isinstance(ev, dict) and isinstance(ev.get("gateway"), str) and ev["gateway"]:
-        gateway = ev["gateway"]
+    outbox = None
+    if isinstance(ev, dict):
+        if isinstance(ev.get("gateway"), str) and ev["gateway"]:
+            gateway = ev["gateway"]
+        if isinstance(ev.get("outboxid"), str):
+            outbox = ev["outboxid"]
     try:
         if not isinstance(ev, dict):
             raise ContractError(f"an event must be a JSON object, not {type(ev).__name__}")
@@ -74,8 +78,8 @@ def from_event(ev: Any, *, raw: str | bytes, via: Via, now: str) -> Arrival:
         ce_id = _event_head(ev)
         item = _item(ev, raw, now, via, gateway, ce_id)
     except ContractError as exc:
-        return Arrival(Rejection(raw, str(exc), now, f"{via}:{gateway}"), gateway, via)
-    return Arrival(item, gateway, via, attempt, replayed, ce_id)
+        return Arrival(Rejection(raw, str(exc), now, f"{via}:{gateway}"), gateway, via, outbox=outbox)
+    return Arrival(item, gateway, via, attempt, replayed, ce_id, outbox=outbox)
 
 
 def _event_head(ev: dict[str, Any]) -> str:

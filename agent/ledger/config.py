@@ -39,16 +39,20 @@ class MqttIntake:
     host: str
     port: int
     topic: str
-    group: str
+    group: str | None  # None: a plain subscription (the default; a broker restart keeps it)
     client_id: str
     username: str | None = None
     password_file: str | None = None
     session_expiry_s: int = 7 * 86400
     batch: int = 1000
+    receipts: bool = True  # after each COMMIT, a receipt to every gateway store in the batch
 
     @property
     def subscription(self) -> str:
-        return f"$share/{self.group}/{self.topic}"
+        """The topic filter: plain, or `$share/<group>/<topic>` when a group is set. Mosquitto
+        2.0 does not restore a shared subscription after a restart (even a clean one), so what
+        gateways publish before the instance subscribes again is lost unless they use receipts."""
+        return self.topic if self.group is None else f"$share/{self.group}/{self.topic}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +151,13 @@ def _mqtt(s: _Section, check_files: bool) -> MqttIntake:
         host=s.get("host", _text, "127.0.0.1"),
         port=s.get("port", _int_in(1, 65535), 1883),
         topic=s.get("topic", _text, "+/events/#"),
-        group=s.get("group", _text, "ledger"),
+        group=s.get("group", _text, "") or None,
         client_id=s.get("client_id", _text, "", required=True),
         username=s.get("username", _text, "") or None,
         password_file=s.get("password_file", _file(check_files), "") or None,
         session_expiry_s=s.get("session_expiry_s", _int_in(3600, 2**32 - 1), 7 * 86400),
         batch=s.get("batch", _int_in(1, 65535), 1000),
+        receipts=s.get("receipts", _bool, True),
     )
     s.finish()
     return out

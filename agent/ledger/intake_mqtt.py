@@ -1,10 +1,10 @@
-"""MQTT intake: QoS 1, a persistent session, a shared subscription, PUBACK only after COMMIT.
+"""MQTT intake: QoS 1, a persistent session, PUBACK only after COMMIT, then receipts.
 
 * `clean_start=False` and a session expiry (default 7 days): a ledger killed at any point gets
   back, under the same client id, every message it had not acknowledged (aiomqtt's default
   clean start would drop them all). Each instance needs a stable `client_id`.
-* `$share/<group>/<topic>`: several instances split the stream; a member that is away keeps its
-  unacknowledged share until it returns, so instances are always restarted.
+* With `group`, `$share/<group>/<topic>`: several instances split the stream; a member that is
+  away keeps its unacknowledged share until it returns, so instances are always restarted.
 * Manual acknowledgement: aiomqtt 2.5 has no option for it; paho's `manual_ack_set(True)` on the
   private `_client` works (pinned `aiomqtt<3`; the tests here fail if an upgrade breaks it).
   A message is acknowledged only after the transaction holding its arrival committed. While
@@ -16,6 +16,15 @@
 * Receive Maximum is two batches: while one batch commits (unacknowledged), the broker already
   sends the next, so receiving and parsing it overlaps the commit instead of following it. A
   crash leaves at most two batches unacknowledged; the broker sends them again.
+* Receipts (`receipts: true`, the default; docs/upstream.md): once a batch committed and its
+  messages are acknowledged, one QoS 1 receipt per gateway store in it goes to
+  `receipts/<gateway>/<store id>`, naming the outbox rows committed. A gateway with
+  `receipts: true` keeps its rows `sent` until then and sends them again when none comes, so an
+  event the broker acknowledged but lost (a restart, a shared subscription not restored) still
+  arrives. Handed to paho without waiting: a receipt lost with the connection is made good by the
+  gateway's resend (one more arrival, never a second event).
+* The subscription is plain unless `group` is set (`$share/<group>/<topic>`): Mosquitto 2.0 keeps
+  a persistent session's plain subscription over a restart, not a shared one.
 * Never wrap the message iterator in a timeout while a batch is open; the stop path cancels the
   reader only between batches (an unacknowledged message comes back on the next session anyway).
 """
@@ -34,6 +43,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.core.contract import Rejection
+from agent.core.receipts import receipts_for
 from agent.core.timestamps import format_timestamp
 from agent.ledger import failover
 from agent.ledger.arrivals import Arrival
@@ -65,8 +75,10 @@ class MqttSubscriber:
         self.settings = settings
         self.writer = writer
         self.committed_messages = 0
+        self.receipts_sent = 0
         self.connected = False  # subscribed on a live connection
         self._settle = asyncio.Lock()  # held from a batch's commit to its last PUBACK
+        self._warned = False
 
     def _client(self) -> aiomqtt.Client:
         s = self.settings
@@ -100,6 +112,13 @@ class MqttSubscriber:
             try:
                 async with client:
                     await client.subscribe(self.settings.subscription, qos=1)
+                    if self.settings.group is not None and failures == 0 and not self._warned:
+                        self._warned = True
+                        log.warning(
+                            "mqtt intake: a shared subscription is not restored after a broker restart"
+                            " (Mosquitto 2.0): events the gateways publish before this instance subscribes"
+                            " again are lost unless their upstream has `receipts: true` (docs/upstream.md)"
+                        )
                     log.info(
                         "mqtt intake subscribed %s as %s", self.settings.subscription, self.settings.client_id
                     )
@@ -147,24 +166,34 @@ class MqttSubscriber:
                         break
                     else:
                         await asyncio.sleep(0.002)
-                if not await self._commit(batch, stop):
+                arrivals = await self._commit(batch, stop)
+                if arrivals is None:
                     return  # stopping while PostgreSQL is away: the batch stays unacknowledged
                 for m in batch:
                     client._client.ack(m.mid, m.qos)
                 self.committed_messages += len(batch)
+                if self.settings.receipts:
+                    self._send_receipts(client, arrivals)
 
-    async def _commit(self, batch: list[Any], stop: asyncio.Event) -> bool:
-        """Commit the batch's arrivals; while PostgreSQL is away, retry with backoff (nothing is
-        acknowledged). False when asked to stop first: the batch comes back on the next session."""
+    def _send_receipts(self, client: aiomqtt.Client, arrivals: list[Arrival]) -> None:
+        """One receipt per gateway store of the committed batch, handed to paho (QoS 1)."""
+        for topic, body in receipts_for(((a.gateway, a.outbox) for a in arrivals), self.settings.client_id):
+            client._client.publish(topic, body, 1)
+            self.receipts_sent += 1
+
+    async def _commit(self, batch: list[Any], stop: asyncio.Event) -> list[Arrival] | None:
+        """Commit the batch's arrivals (returned); while PostgreSQL is away, retry with backoff
+        (nothing is acknowledged). None when asked to stop first: the batch comes back on the next
+        session."""
         now = format_timestamp(datetime.now(UTC))
         arrivals = [a for m in batch for a in arrivals_of(bytes(m.payload), now)]
         while True:
             try:
                 await self.writer.record(arrivals)
-                return True
+                return arrivals
             except LedgerUnavailable:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.writer.retry_after_s)
                 if stop.is_set():
-                    return False
+                    return None
                 failover.GAUGES.batches_rerun += 1  # the same arrivals: their keys make it idempotent

@@ -27,6 +27,11 @@ the end of the backlog as it stood when the upstream came back.
 The batches in flight (`Flight`, the publishing chained behind the batch before, the drain) are
 `agent.service.flight`; the sink for an upstream is `agent.service.upstream_sink.build_sink`.
 
+Receipts (`receipts: true` on an MQTT upstream, docs/upstream.md): an acknowledged row is settled
+`sent`, not `delivered`; the upstream's `ReceiptKeeper` (`agent.service.receipts`), a task beside
+the loop, turns it `delivered` when the ledger's receipt names it and back to `pending` when
+none comes in time (then `rewind()` makes the next claim look from the head of the queue).
+
 Stopping: set the stop event. The forwarder keeps sending for at most
 `drain_s` seconds (the backlog, or what is left of the batch in flight), then
 settles what it has and returns; rows without an acknowledgement stay
@@ -42,12 +47,13 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agent.config.upstreams import Upstream
+from agent.config.upstreams import MqttUpstream, Upstream
 from agent.core.errors import StoreError
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import SendOutcome, Verdict, all_delivered, rejected, retry
 from agent.core.timestamps import format_timestamp
 from agent.service.flight import Drain, Flight, bounded, failed, publish_after, publish_beside, wait_or_stop
+from agent.service.receipts import ReceiptKeeper
 from agent.service.upstream_sink import Clock, system_clock
 from agent.sinks.base import Sink
 from agent.sinks.encode import EncodeError, encode, transition_row_encoder
@@ -106,6 +112,26 @@ class Forwarder:
         self._outage = False
         self.started = asyncio.Event()  # set once the backlog mark is taken and forwarding begins
         self._encode_row = transition_row_encoder(site, gateway, store.store_id)
+        self._rewind = False
+        self.receipts: ReceiptKeeper | None = None
+        listen = getattr(sink, "listen_for_receipts", None)
+        if isinstance(upstream, MqttUpstream) and upstream.receipts and listen is not None:
+            self.receipts = ReceiptKeeper(
+                store.outbox,
+                upstream.name,
+                store.store_id,
+                gateway,
+                upstream.receipt_timeout_s,
+                clock,
+                self.rewind,
+            )
+            listen(self.receipts.topic, self.receipts.on_receipt, self.receipts.on_connection)
+
+    def rewind(self) -> None:
+        """Rows went back to `pending` behind the claim cursor: look from the head of the queue
+        once nothing is in flight."""
+        self._rewind = True
+        self._wake.set()
 
     def wake(self) -> None:
         """Tell the forwarder new rows were committed (it also polls every `idle_poll_s`)."""
@@ -117,12 +143,31 @@ class Forwarder:
         self._replay_until = await self.outbox.last_pending_id(name)
         log.info("forwarder started upstream=%s backlog_until=%d", name, self._replay_until)
         self.started.set()
+        keeper = None
+        forwarded = asyncio.Event()  # the keeper's stop: it takes what came during the drain first
+        if self.receipts is not None:
+            keeper = asyncio.create_task(self.receipts.run(forwarded), name=f"receipts[{name}]")
+        try:
+            await self._forward(stop, drain_s)
+        finally:
+            if keeper is not None and self.receipts is not None:
+                forwarded.set()
+                self.receipts.on_wake()
+                await asyncio.wait({keeper}, timeout=5.0)
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
+        log.info("forwarder stopped upstream=%s", name)
+
+    async def _forward(self, stop: asyncio.Event, drain_s: float) -> None:
+        name = self.upstream.name
         drain = Drain(stop, drain_s)
         ahead: collections.deque[Flight] = collections.deque()
         after = 0  # the last row claimed: the next claim takes the rows after it
         claimed_none = False  # the claim made with the last settle found nothing: do not ask again at once
         try:
             while not drain.over():
+                if self._rewind and not ahead:
+                    self._rewind, after = False, 0
                 if len(ahead) < PIPELINE_DEPTH and not claimed_none:
                     try:
                         entries = await self.outbox.claim_rows(name, self.upstream.read_size, after=after)
@@ -164,7 +209,6 @@ class Forwarder:
                 if flight.task is not None:
                     flight.task.cancel()
             await asyncio.gather(*(f.task for f in ahead if f.task is not None), return_exceptions=True)
-        log.info("forwarder stopped upstream=%s", name)
 
     async def _encode(self, entries: Claimed) -> Flight:
         """Encode claimed rows into a batch (nothing sent yet). Yields to the loop every
@@ -245,12 +289,18 @@ class Forwarder:
             if claim_after is not None and not failed(outcomes) and not drain.over():
                 up = self.upstream
                 entries, claimed = await self.outbox.settle_and_claim_prepared(
-                    results, now, up.name, up.read_size, after=claim_after, prepare=self._encode
+                    results,
+                    now,
+                    up.name,
+                    up.read_size,
+                    after=claim_after,
+                    prepare=self._encode,
+                    receipts=self.receipts is not None,
                 )
                 if claimed is None:  # nothing was read
                     claimed = Flight([e.outbox_id for e in entries], [], [], [], None)
             else:
-                await self.outbox.settle(results, now)
+                await self.outbox.settle(results, now, receipts=self.receipts is not None)
         except StoreError as exc:
             # The store cannot be written (e.g. a full disk): these rows stay pending and are
             # sent again, same ids, once it can. At least once, never lost; the service goes on.

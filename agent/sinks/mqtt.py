@@ -27,6 +27,11 @@ Facts about aiomqtt and paho this module is built around:
   TCP_NODELAY is set on the client socket (set it on the broker as well).
 * One unique client id per process: two connections with one id knock each
   other off in a loop.
+* Receipts (`listen_for_receipts`, docs/upstream.md): with `receipts: true` every connection
+  subscribes to the ledger's receipts topic at QoS 1 before its first message; paho's
+  `on_message` hands each receipt's body to the service's callback (no queue of aiomqtt's,
+  no task), and each new connection is announced (receipts meant for the connection before it
+  are gone: its session was clean). The sink never reads the receipt or touches the store.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,6 +50,7 @@ import aiomqtt
 from paho.mqtt.client import MQTT_ERR_SUCCESS
 
 from agent.config.upstreams import MqttUpstream
+from agent.core.receipts import topic_level
 from agent.core.redact import mask_url
 from agent.core.send_outcome import DELIVERED, SendOutcome, classify_mqtt_reason, retry
 from agent.sinks.encode import Event, batch_body, render_topic
@@ -173,6 +179,14 @@ class MqttSink:
         self._window: _Window | None = None
         self._connecting = asyncio.Lock()
         self._calls = 0  # publish() calls in progress
+        self._receipts: tuple[str, Callable[[bytes], None], Callable[[], None]] | None = None
+
+    def listen_for_receipts(
+        self, topic: str, on_receipt: Callable[[bytes], None], on_connection: Callable[[], None]
+    ) -> None:
+        """Subscribe every connection to `topic` (QoS 1) before it publishes; `on_receipt(body)` for
+        each message on it, `on_connection()` once each new connection is subscribed."""
+        self._receipts = (topic, on_receipt, on_connection)
 
     async def publish(self, events: Sequence[Event]) -> list[SendOutcome]:
         self._calls += 1
@@ -289,6 +303,17 @@ class MqttSink:
         self._track(client)
         await asyncio.wait_for(client.__aenter__(), s.connect_timeout_s + 1.0)
         log.info("mqtt connected upstream=%s url=%s client_id=%s", self.name, mask_url(s.url), self.client_id)
+        if self._receipts is not None:
+            topic, on_receipt, on_connection = self._receipts
+            paho: Any = client._client
+            paho.on_message = lambda _c, _u, msg: on_receipt(bytes(msg.payload))
+            try:
+                await asyncio.wait_for(client.subscribe(topic, qos=1), s.connect_timeout_s)
+            except BaseException:
+                with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):
+                    await asyncio.wait_for(client.__aexit__(None, None, None), 2.0)
+                raise
+            on_connection()
         return client
 
     def _track(self, client: aiomqtt.Client) -> None:
@@ -316,6 +341,4 @@ class MqttSink:
             await asyncio.wait_for(client.__aexit__(None, None, None), 2.0)
 
 
-def status_level(name: str) -> str:
-    """A name as one topic level: `+`, `#` and `/` never reach a topic."""
-    return "".join("-" if ch in "+#/" else ch for ch in name) or "-"
+status_level = topic_level  # a name as one topic level: `+`, `#` and `/` never reach a topic

@@ -1,9 +1,17 @@
 """Outbox queries: claim pending rows in order, settle them, count them, requeue them.
 
 Every row is (upstream, kind, ref_id) with a state: `pending` (still to go),
-`delivered` (acknowledged upstream) or `rejected` (dead letter: refused by the
-upstream, never retried automatically). `attempts` counts delivery attempts
-of that row for that upstream.
+`sent` (acknowledged by the broker of an upstream that sends receipts, awaiting the receipt that
+says the ledger committed it), `delivered` (acknowledged upstream: for a receipts upstream, its
+receipt came) or `rejected` (dead letter: refused by the upstream, never retried automatically).
+`attempts` counts delivery attempts of that row for that upstream.
+
+Receipts (`confirm`, `requeue_sent`): a receipt turns the rows it names `delivered` whether they
+are `sent` or still `pending` (a receipt may come before the broker's PUBACK is settled, and a row
+queued again whose earlier attempt the ledger committed needs no other attempt). A `sent` row
+without a receipt goes back to `pending` (`requeue_sent`): when its receipt is overdue, when the
+sink came back on a new connection, and at the start of the service; it is then sent again, same
+id, next attempt. The ledger makes a resend one more arrival, never a second event.
 
 Crash safety, step by step (one forwarder per upstream and store):
 1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
@@ -45,6 +53,14 @@ from agent.store.outbox_head import Claimed, ids_json, read_head, read_head_on
 _DELIVERED = (
     "UPDATE outbox SET state = 'delivered', sent_at = ?"
     " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'"
+)
+_SENT = (  # a receipts upstream's PUBACK: the broker has the row, the ledger may not
+    "UPDATE outbox SET state = 'sent', sent_at = ?"
+    " WHERE outbox_id IN (SELECT value FROM json_each(?)) AND state = 'pending'"
+)
+_CONFIRMED = (
+    "UPDATE outbox SET state = 'delivered', sent_at = coalesce(sent_at, ?)"
+    " WHERE upstream = ? AND outbox_id IN (SELECT value FROM json_each(?)) AND state IN ('pending', 'sent')"
 )
 _ATTEMPTS_RANGE = (
     "UPDATE outbox SET attempts = attempts + 1"
@@ -92,12 +108,12 @@ class Outbox:
                     await self._count_attempts(list(map(_first, rows)))
         return Claimed(rows, records)
 
-    async def settle(self, results: Results, now: str) -> None:
+    async def settle(self, results: Results, now: str, *, receipts: bool = False) -> None:
         """Record the outcome of every (outbox_id, outcome) of one batch in one transaction, in one
         trip to the store's thread. The delivered rows (most of a batch) are one statement over the
-        list of their ids."""
+        list of their ids. With `receipts`, an acknowledged row becomes `sent`, not `delivered`."""
         store = self.store
-        plan = _plan(results)
+        plan = _plan(results, receipts)
         async with store.lock:
             await store.transact(lambda conn: _settle_on(conn, plan, now))
 
@@ -110,6 +126,7 @@ class Outbox:
         *,
         after: int,
         prepare: Callable[[Claimed], Awaitable[T]] | None = None,
+        receipts: bool = False,
     ) -> tuple[Claimed, T | None]:
         """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
         (one commit instead of two per batch: on an error neither is committed), and
@@ -129,7 +146,7 @@ class Outbox:
         store = self.store
         loop = asyncio.get_running_loop()
         read: asyncio.Future[Claimed] = loop.create_future()
-        plan = _plan(results)
+        plan = _plan(results, receipts)
 
         def hand(rows: list[Any], records: dict[str, dict[int, Any]]) -> None:  # on the loop
             if not read.done():
@@ -204,6 +221,28 @@ class Outbox:
             )
             return int(cur.rowcount)
 
+    async def confirm(self, upstream: str, ids: Sequence[int], now: str) -> int:
+        """A receipt: the rows of `upstream` it names (outbox ids) are committed upstream; each
+        `sent` or `pending` one becomes `delivered`. Returns the rows changed (ids of other
+        upstreams, of rows already delivered or pruned change nothing)."""
+        if not ids:
+            return 0
+        async with self.store.lock, self.store.transaction():
+            cur = await self.store.db.execute(_CONFIRMED, (now, upstream, ids_json([int(i) for i in ids])))
+            return int(cur.rowcount)
+
+    async def requeue_sent(self, upstream: str, sent_before: str | None = None) -> int:
+        """`sent` rows of `upstream` (all, or those sent before `sent_before`) back to `pending`:
+        their receipt is overdue or can no longer come. Returns the rows changed."""
+        sql = "UPDATE outbox SET state = 'pending' WHERE upstream = ? AND state = 'sent'"
+        params: list[Any] = [upstream]
+        if sent_before is not None:
+            sql += " AND sent_at < ?"
+            params.append(sent_before)
+        async with self.store.lock, self.store.transaction():
+            cur = await self.store.db.execute(sql, params)
+            return int(cur.rowcount)
+
     async def retry_rejected(self, upstream: str | None = None, ids: Sequence[int] = ()) -> int:
         """Put dead letters back in the queue (all, one upstream's, or the given outbox ids)."""
         where, params = _scope(upstream, ids)
@@ -234,26 +273,27 @@ class _Plan(NamedTuple):
     delivered: str | None  # the delivered rows' ids as a JSON array
     refused: list[tuple[str, int]]  # (error, outbox id)
     retried: list[tuple[str, int]]
+    receipts: bool = False  # acknowledged rows become `sent` (a receipt makes them `delivered`)
 
 
-def _plan(results: Results) -> _Plan:
+def _plan(results: Results, receipts: bool = False) -> _Plan:
     if isinstance(results, BatchOutcomes):
         ids, outcomes = results
     else:
         ids, outcomes = list(map(_first, results)), list(map(_second, results))
     if all_delivered(outcomes):  # the common batch: no per-row test
-        return _Plan(ids_json(ids) if ids else None, [], [])
+        return _Plan(ids_json(ids) if ids else None, [], [], receipts)
     pairs = list(zip(ids, outcomes, strict=True))
     delivered = [oid for oid, oc in pairs if oc.verdict is Verdict.DELIVERED]
     refused = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.REJECTED]
     retried = [(_err(oc), oid) for oid, oc in pairs if oc.verdict is Verdict.RETRY]
-    return _Plan(ids_json(delivered) if delivered else None, refused, retried)
+    return _Plan(ids_json(delivered) if delivered else None, refused, retried, receipts)
 
 
 def _settle_on(conn: sqlite3.Connection, plan: _Plan, now: str) -> None:
     """On the store's thread, inside the lock and a transaction: write each row's outcome."""
     if plan.delivered is not None:
-        conn.execute(_DELIVERED, (now, plan.delivered))
+        conn.execute(_SENT if plan.receipts else _DELIVERED, (now, plan.delivered))
     if plan.refused:
         conn.executemany(
             "UPDATE outbox SET state = 'rejected', last_error = ? WHERE outbox_id = ? AND state = 'pending'",

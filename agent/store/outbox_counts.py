@@ -1,4 +1,5 @@
-"""The outbox's counts per upstream (pending, delivered, rejected, attempts, head and last error):
+"""The outbox's counts per upstream (pending, sent awaiting a receipt, delivered, rejected, attempts,
+head, oldest receipt awaited and last error):
 what `status`, `outbox` and the metrics show. Read on the writer's connection (inside its lock) or
 on a reader's own."""
 
@@ -21,6 +22,8 @@ class UpstreamCounts:
     oldest_pending_at: str | None
     head_error: str | None
     last_rejection: str | None
+    awaiting_receipt: int = 0  # `sent`: acknowledged by the broker, no receipt from the ledger yet
+    oldest_awaiting_at: str | None = None  # when the oldest of them was acknowledged by the broker
 
 
 async def upstream_counts(db: aiosqlite.Connection) -> list[UpstreamCounts]:
@@ -55,6 +58,12 @@ async def _counts_of(db: aiosqlite.Connection, name: str) -> UpstreamCounts:
     )
     h = next(iter(head), None)
     lr = next(iter(last_rej), None)
+    oldest_sent = None
+    if by_state.get("sent"):
+        sent = await db.execute_fetchall(
+            "SELECT min(sent_at) FROM outbox WHERE upstream = ? AND state = 'sent'", (name,)
+        )
+        oldest_sent = next(iter(sent))[0]
     return UpstreamCounts(
         upstream=name,
         pending=by_state.get("pending", 0),
@@ -64,4 +73,6 @@ async def _counts_of(db: aiosqlite.Connection, name: str) -> UpstreamCounts:
         oldest_pending_at=h[0] if h else None,
         head_error=h[1] if h else None,
         last_rejection=lr[0] if lr else None,
+        awaiting_receipt=by_state.get("sent", 0),
+        oldest_awaiting_at=oldest_sent,
     )

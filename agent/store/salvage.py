@@ -159,7 +159,7 @@ async def _salvage(
         await db.executemany("INSERT OR IGNORE INTO ring_positions(device, head) VALUES (?,?)", rings)
         taken.positions = len(channels) + len(rings)
     for lo, hi in await t(lambda: list(dam.ranges("outbox", STEP))):
-        rows = await t(dam.scan_range, "outbox", OUTBOX_COLUMNS, lo, hi, "state = 'pending'")
+        rows = await t(dam.scan_range, "outbox", OUTBOX_COLUMNS, lo, hi, "state IN ('pending', 'sent')")
         if rows:
             kept = replace(taken, boots=dict(taken.boots), arrivals=dict(taken.arrivals))
             try:

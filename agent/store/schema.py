@@ -12,7 +12,8 @@ Tables:
   anomalies     gap / wrap / reset / overrun records
   pending       identity-incomplete arrivals waiting for a person
   upstreams     configured upstreams (outbox rows are written for these)
-  outbox        one row per record and upstream: what still has to go out
+  outbox        one row per record and upstream: what still has to go out (pending, sent
+                awaiting a receipt, delivered, rejected)
   event_keys        compact key records of canonical events whose payload was pruned (retention)
   forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
   retention_counts  what retention removed and how often a key horizon was passed
@@ -344,3 +345,42 @@ ARRIVAL_COUNT_MIGRATION: Migration = (
     ],
 )
 MIGRATIONS.append(ARRIVAL_COUNT_MIGRATION)
+
+
+# Receipts (docs/upstream.md): an outbox row of an upstream that sends receipts (the ledger) is
+# `sent` once the broker acknowledged it, and `delivered` only when the ledger's receipt says it
+# committed it. SQLite cannot change a CHECK, so the outbox is rebuilt with its rows and ids; its
+# AUTOINCREMENT counter is carried over first (an id is never handed out twice, even when the
+# newest rows were pruned: a late receipt must never confirm another row), then its index and the
+# Sparkplug trigger are made again.
+RECEIPTS_MIGRATION: Migration = (
+    len(MIGRATIONS) + 1,
+    "outbox: the `sent` state (acknowledged by the broker, awaiting the ledger's receipt)",
+    [
+        """CREATE TABLE outbox_v2(
+            outbox_id INTEGER PRIMARY KEY AUTOINCREMENT,
+            upstream TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN
+                ('transition','boot_observed','gap','anomaly','identity_incomplete')),
+            ref_id INTEGER NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending','sent','delivered','rejected')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            sent_at TEXT,
+            UNIQUE(upstream, kind, ref_id)
+        ) STRICT""",
+        "INSERT INTO outbox_v2 SELECT outbox_id, upstream, kind, ref_id, state, attempts, last_error,"
+        " created_at, sent_at FROM outbox",
+        "DELETE FROM sqlite_sequence WHERE name = 'outbox_v2'",
+        "INSERT INTO sqlite_sequence(name, seq) SELECT 'outbox_v2', max(seq) FROM"
+        " (SELECT seq FROM sqlite_sequence WHERE name = 'outbox'"
+        "  UNION ALL SELECT coalesce(max(outbox_id), 0) FROM outbox_v2)",
+        "DROP TABLE outbox",
+        "ALTER TABLE outbox_v2 RENAME TO outbox",
+        "CREATE INDEX outbox_pending ON outbox(upstream, state, outbox_id)",
+        """CREATE TRIGGER sparkplug_sends_gone AFTER DELETE ON outbox
+            BEGIN DELETE FROM sparkplug_sends WHERE outbox_id = old.outbox_id; END""",
+    ],
+)
+MIGRATIONS.append(RECEIPTS_MIGRATION)

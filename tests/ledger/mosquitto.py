@@ -22,14 +22,14 @@ LEDGER_SETTINGS = "max_inflight_messages 1000\n"
 
 
 class Broker:
-    def __init__(self, work: Path, settings: str = LEDGER_SETTINGS) -> None:
+    def __init__(self, work: Path, settings: str = LEDGER_SETTINGS, *, persistence: bool = True) -> None:
         assert MOSQUITTO is not None
         self.port = free_port()
         self.work = work
         self.log = work / "mosquitto.log"
         self.conf = work / "mosquitto.conf"
         self.conf.write_text(
-            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence {str(persistence).lower()}\n"
             f"persistence_location {work}/\nlog_dest file {self.log}\n"
             # As root Mosquitto drops to `mosquitto`, which cannot write pytest's 0700 tmp_path.
             f"user {pwd.getpwuid(os.geteuid()).pw_name}\n"

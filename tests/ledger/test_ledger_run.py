@@ -136,7 +136,7 @@ def test_run_takes_events_over_http_and_sigterm_exits_0(tmp_path: Path, ledger_d
 
 def test_the_example_config_loads() -> None:
     cfg = config.load(Path(__file__).parents[2] / "ledger.example.yaml", check_files=False)
-    assert cfg.mqtt is not None and cfg.mqtt.subscription == "$share/ledger/+/events/#"
+    assert cfg.mqtt is not None and cfg.mqtt.subscription == "+/events/#"
     assert cfg.http is not None and cfg.http.port == 8088
     (rule,) = cfg.notify
     assert rule.matches("io.edgeagent.transition", "plant-1/PUMP-07/Trip", {})

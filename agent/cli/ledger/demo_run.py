@@ -47,13 +47,13 @@ def gateway_config(name: str, site: str, work: Path, host: str, port: int, modbu
     return (
         f"site: {site}\ngateway: {name}\nstore: {{path: '{work / name}.db'}}\n"
         f"upstreams:\n  - name: ledger\n    mqtt: {{url: 'mqtt://{host}:{port}',"
-        " topic: '{site}/events/{device}/{channel}'}\n" + _DEVICE.format(port=modbus_port)
+        " topic: '{site}/events/{device}/{channel}', receipts: true}\n" + _DEVICE.format(port=modbus_port)
     )
 
 
 def ledger_config(site: str, host: str, port: int, client_id: str) -> str:
     return (
-        f"mqtt: {{host: '{host}', port: {port}, topic: '{site}/events/#', group: {client_id},"
+        f"mqtt: {{host: '{host}', port: {port}, topic: '{site}/events/#',"
         f" client_id: {client_id}, session_expiry_s: 3600}}\n"
     )
 
