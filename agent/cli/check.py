@@ -23,6 +23,7 @@ from agent.config.path_env import CREDENTIALS, PathEnv
 from agent.config.sparkplug import AnyUpstream, SparkplugUpstream
 from agent.config.store import DEFAULT_CONFIG
 from agent.config.unit import Unit, find_unit, read_unit
+from agent.config.upstreams import MqttUpstream
 from agent.core.errors import ConfigError, SourceUnavailable
 from agent.core.snapshot import Snapshot
 from agent.core.wording import counted
@@ -98,6 +99,14 @@ def check(
     findings = check_access(cfg, store_path, who, unit)
     for warning in cfg.warnings:
         click.echo(f"warning: {warning}", err=True)
+    for up in cfg.upstreams:
+        if isinstance(up, MqttUpstream) and not up.receipts:
+            click.echo(
+                f"note: upstream {up.name!r} (MQTT) has no `receipts: true`: a PUBACK counts as delivered,"
+                " though it only says the broker has the event (a broker restart can still lose it before"
+                " its reader has it). With `edge-agent ledger` as the reader, turn receipts on"
+                " (docs/upstream.md#receipts)."
+            )
     for f in findings:
         click.echo(f"{f.level}: {f.text}", err=True)
     if who is None:

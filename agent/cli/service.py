@@ -346,6 +346,11 @@ def _upstream_lines(ups: list[dict[str, Any]], live: dict[str, Any]) -> list[str
             out += render.wrapped(f"{name}: oldest pending row's last error", u["head_error"])
         if u.get("last_rejection"):
             out += render.wrapped(f"{name}: last rejection", u["last_rejection"])
+        if u.get("awaiting_receipt"):
+            out.append(
+                f"  {name}: {u['awaiting_receipt']} sent, awaiting the ledger's receipt"
+                f" (oldest acknowledged by the broker at {u.get('oldest_awaiting_at')})"
+            )
         if (live.get(name) or {}).get("kind") == "sparkplug":
             out.append(_sparkplug_line(name, live[name]))
     return out

@@ -121,17 +121,31 @@ def _upstreams(snap: dict[str, Any]) -> Iterator[Metric]:
         "Age of the oldest outbox row not yet delivered (0 when none)",
         labels=["upstream"],
     )
+    awaiting = GaugeMetricFamily(
+        "edge_agent_awaiting_receipt",
+        "Outbox rows the broker acknowledged and the ledger's receipt has not confirmed yet"
+        " (upstreams with receipts: true)",
+        labels=["upstream"],
+    )
+    oldest_awaiting = GaugeMetricFamily(
+        "edge_agent_oldest_awaiting_receipt_age_seconds",
+        "Seconds since the oldest row awaiting its receipt was acknowledged by the broker (0 when none)",
+        labels=["upstream"],
+    )
     now = time.time()
     for u in snap.get("outbox", []):
         backlog.add_metric([u["upstream"]], u["pending"])
         dead.add_metric([u["upstream"]], u["rejected"])
         attempts.add_metric([u["upstream"]], u["attempts"])
         oldest.add_metric([u["upstream"]], pending_age_s(u.get("oldest_pending_at"), now))
-    yield from (backlog, dead, attempts, oldest)
+        awaiting.add_metric([u["upstream"]], u.get("awaiting_receipt", 0))
+        oldest_awaiting.add_metric([u["upstream"]], pending_age_s(u.get("oldest_awaiting_at"), now))
+    yield from (backlog, dead, attempts, oldest, awaiting, oldest_awaiting)
 
 
 def pending_age_s(oldest_pending_at: str | None, now: float) -> float:
-    """Seconds since the oldest pending row was recorded (0 when none or unreadable)."""
+    """Seconds since a time (the oldest pending row's record, the oldest row awaiting its receipt's
+    PUBACK): 0 when none or unreadable."""
     if not oldest_pending_at:
         return 0.0
     try:

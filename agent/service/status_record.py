@@ -45,6 +45,10 @@ def build(
                 "oldest_pending_age_s": round(pending_age_s(u.get("oldest_pending_at"), now_s), 3)
                 if u.get("oldest_pending_at")
                 else None,
+                "awaiting_receipt": u.get("awaiting_receipt", 0),
+                "oldest_awaiting_receipt_age_s": round(pending_age_s(u.get("oldest_awaiting_at"), now_s), 3)
+                if u.get("oldest_awaiting_at")
+                else None,
             }
             for u in outbox
         },

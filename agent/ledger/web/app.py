@@ -10,6 +10,7 @@ from aiohttp import web
 
 from agent.ledger.web import events, overview, records, review_pages, writes
 from agent.ledger.web.common import GUARD, POOL, SILENT_AFTER
+from agent.ledger.web.outage import OUTAGE_SINCE, outage_middleware
 from agent.ledger.web.pool import Pool
 from agent.ledger.web.security import Guard, headers_middleware
 
@@ -24,7 +25,8 @@ async def style(_request: web.Request) -> web.StreamResponse:
 
 
 def make_app(pool: Pool, guard: Guard, *, silent_after: float = DEFAULT_SILENT_AFTER_S) -> web.Application:
-    app = web.Application(middlewares=[headers_middleware], client_max_size=64 * 1024)
+    app = web.Application(middlewares=[headers_middleware, outage_middleware], client_max_size=64 * 1024)
+    app[OUTAGE_SINCE] = []
     app[POOL] = pool
     app[GUARD] = guard
     app[SILENT_AFTER] = silent_after
