@@ -11,6 +11,11 @@ work minus the agent's overhead:
 
 * MQTT: bare aiomqtt publishing the agent's own messages (same topics and bodies) at QoS 1,
   100 always in flight (100 workers over one iterator), no store;
+* `mqtt_receipts`: the MQTT drain with `receipts: true` against the same bare aiomqtt loop: a
+  drain ends when every row is confirmed by a receipt, not at its PUBACK. The receipts come from
+  `bench/receipt_ledger.py` (a process of its own: it reads the events and answers a receipt
+  every 50 ms, the ledger's gathering time, with no database), so what is measured is what
+  receipts cost the gateway;
 * HTTP: the agent's own POST bodies plus the least durable outbox work: read the batch's
   rows from a copy of the same store, one committed range UPDATE after each 2xx,
   synchronous=FULL. `bare_post_only_per_s` is the same POSTs with no store at all.
@@ -72,7 +77,8 @@ def delivery(n: int) -> Delivery:
 
 
 async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
-    """Run the real forwarder on the store at `path` until `up` has nothing pending."""
+    """Run the real forwarder on the store at `path` until `up` has nothing pending (with
+    receipts: until every row is confirmed)."""
     store = await Store.open(path)
     sink = build_sink(up, site=SITE, gateway=GW)
     fwd = Forwarder(store, sink, up, site=SITE, gateway=GW, idle_poll_s=0.05)
@@ -82,7 +88,12 @@ async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
     t0 = time.perf_counter()
     task = asyncio.create_task(fwd.run(stop), name=f"forwarder[{up.name}]")
     try:
-        peak = await watch_drain(task, lambda: fwd.state.delivered >= total + BOOTS, lambda: fwd.state, peak)
+        keeper = fwd.receipts
+        if keeper is not None:
+            done = lambda: keeper.counts.confirmed >= total + BOOTS  # noqa: E731
+        else:
+            done = lambda: fwd.state.delivered >= total + BOOTS  # noqa: E731
+        peak = await watch_drain(task, done, lambda: fwd.state, peak)
         elapsed = time.perf_counter() - t0
     finally:
         stop.set()
@@ -184,6 +195,21 @@ async def http_bare(
     return len(bodies) * batch / elapsed
 
 
+async def start_receipt_ledger(topic: str) -> asyncio.subprocess.Process:
+    """The receipts' stand-in ledger (a subprocess), once it is subscribed to `topic`."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).resolve().parent / "receipt_ledger.py"),
+        topic,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = await proc.stdout.readline()
+    if not line.startswith(b"READY"):
+        raise RuntimeError("bench/receipt_ledger.py did not start (a broker on 127.0.0.1:1883?)")
+    return proc
+
+
 async def start_receiver() -> tuple[asyncio.subprocess.Process, str]:
     """The least-work HTTP receiver (a subprocess) and its URL."""
     receiver = await asyncio.create_subprocess_exec(
@@ -198,10 +224,13 @@ async def start_receiver() -> tuple[asyncio.subprocess.Process, str]:
 
 async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> dict[str, Any]:
     receiver, url = await start_receiver()
-    topic = f"bench-{uuid.uuid4().hex[:8]}/events/{{device}}/{{channel}}"
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}/events/{{device}}/{{channel}}"
     mq = MqttUpstream("mqtt", "mqtt://127.0.0.1:1883", topic=topic)  # the defaults
+    mq_receipts = MqttUpstream("mqtt_receipts", "mqtt://127.0.0.1:1883", topic=topic, receipts=True)
     http = HttpUpstream("http", url)  # the defaults
-    ups: list[Upstream] = [up for up in (mq, http) if up.name in sinks]
+    ups: list[Upstream] = [up for up in (mq, mq_receipts, http) if up.name in sinks]
+    ledger = await start_receipt_ledger(f"{prefix}/events/#") if "mqtt_receipts" in sinks else None
     result: dict[str, Any] = {"bench": "replay", "events": total, "rounds": rounds}
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -259,12 +288,15 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
                 figures["rss_growth_mb"] = round(max(growth), 1)
                 result[up.name] = figures
     finally:
-        receiver.terminate()
-        await receiver.wait()
+        for proc in (receiver, ledger):
+            if proc is not None:
+                proc.terminate()
+                await proc.wait()
     result["rss_peak_mb"] = round(rss_peak_mb(), 1)
-    if "mqtt" in result:
-        rate = result["mqtt"]["events_per_s"]
-        result["mqtt"]["minutes_for_10m_events"] = round(10_000_000 / rate / 60, 1)
+    for name in ("mqtt", "mqtt_receipts"):
+        if name in result:
+            rate = result[name]["events_per_s"]
+            result[name]["minutes_for_10m_events"] = round(10_000_000 / rate / 60, 1)
     return result
 
 
@@ -276,9 +308,9 @@ if __name__ == "__main__":
     ap.add_argument(
         "--sinks",
         nargs="+",
-        choices=["mqtt", "http"],
-        default=["mqtt", "http"],
-        help="which drains to run (mqtt needs a broker on 127.0.0.1:1883)",
+        choices=["mqtt", "mqtt_receipts", "http"],
+        default=["mqtt", "mqtt_receipts", "http"],
+        help="which drains to run (mqtt and mqtt_receipts need a broker on 127.0.0.1:1883)",
     )
     args = ap.parse_args()
     with tuned_process():  # as `edge-agent run` runs (the baselines too: same process)

@@ -196,6 +196,18 @@ def test_replay_mqtt_drain_compares_with_a_bare_publish_loop() -> None:
     assert mqtt["minutes_for_10m_events"] > 0
 
 
+@pytest.mark.broker
+@pytest.mark.skipif(
+    not listening(1883),
+    reason="no MQTT broker listens on 127.0.0.1:1883 (install mosquitto): the receipts drain of replay.py is not smoked",
+)
+def test_replay_mqtt_drain_with_receipts_ends_when_every_row_is_confirmed() -> None:
+    got = run_bench("replay.py", "--events", "200", "--sinks", "mqtt_receipts", "--rounds", "2")
+    assert "mqtt" not in got and "http" not in got
+    rec = got["mqtt_receipts"]
+    assert_compared(rec["events_per_s"], rec["bare_aiomqtt_per_s"], rec["ratio_vs_bare"])
+
+
 def test_retention_of_a_few_events_compares_pruning_with_no_pruning() -> None:
     got = run_bench("retention.py", "-n", "2000")
     assert got["bench"] == "retention" and got["n_events"] == 2000

@@ -20,7 +20,14 @@ from agent.sinks.http import HttpSink
 
 TOKEN = "s3cret-token"
 OUTBOX = [
-    {"upstream": "ledger", "pending": 3, "rejected": 1, "oldest_pending_at": "2026-04-22T08:00:00.000Z"},
+    {
+        "upstream": "ledger",
+        "pending": 3,
+        "rejected": 1,
+        "oldest_pending_at": "2026-04-22T08:00:00.000Z",
+        "awaiting_receipt": 2,
+        "oldest_awaiting_at": "2026-04-22T08:00:30.000Z",
+    },
     {"upstream": "historian", "pending": 0, "rejected": 0, "oldest_pending_at": None},
 ]
 CONNS = [{"device": "PUMP-07", "receiver": "modbus:10.0.0.7:502", "state": "up", "ticks_missed": 4}]
@@ -37,8 +44,20 @@ def test_the_record_holds_backlog_age_room_and_links() -> None:
         connections=CONNS,
     )
     assert rec["upstreams"] == {
-        "ledger": {"backlog": 3, "dead_letters": 1, "oldest_pending_age_s": 60.0},
-        "historian": {"backlog": 0, "dead_letters": 0, "oldest_pending_age_s": None},
+        "ledger": {
+            "backlog": 3,
+            "dead_letters": 1,
+            "oldest_pending_age_s": 60.0,
+            "awaiting_receipt": 2,
+            "oldest_awaiting_receipt_age_s": 30.0,
+        },
+        "historian": {
+            "backlog": 0,
+            "dead_letters": 0,
+            "oldest_pending_age_s": None,
+            "awaiting_receipt": 0,
+            "oldest_awaiting_receipt_age_s": None,
+        },
     }
     assert rec["store_room_bytes"] == 123 and rec["gateway"] == "gw-1"
     assert rec["devices"]["PUMP-07 modbus:10.0.0.7:502"]["ticks_missed"] == 4
