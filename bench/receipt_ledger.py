@@ -6,7 +6,7 @@ gathering time) publishes the receipts owed with the ledger's own code (`agent.c
 So the bench measures what receipts cost the gateway (the `sent` state, the subscription, the
 confirming transactions), not a ledger. A process of its own:
 
-    python bench/receipt_ledger.py TOPIC   # prints READY once subscribed, runs until killed
+    python bench/receipt_ledger.py TOPIC [PORT]   # prints READY once subscribed, runs until killed
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ GATHER_S = 0.05
 _REF = re.compile(rb'"gateway":"([^"\\]*)","outboxid":"([^"\\]*)"')
 
 
-async def main(topic: str) -> None:
+async def main(topic: str, port: int) -> None:
     seen: list[tuple[str, str]] = []
-    async with aiomqtt.Client("127.0.0.1", 1883, identifier=f"bench-receipts-{id(seen)}") as client:
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-receipts-{id(seen)}") as client:
         await client.subscribe(topic, qos=1)
         print("READY", flush=True)
 
@@ -50,4 +50,4 @@ async def main(topic: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1883))

@@ -15,7 +15,15 @@ work minus the agent's overhead:
   drain ends when every row is confirmed by a receipt, not at its PUBACK. The receipts come from
   `bench/receipt_ledger.py` (a process of its own: it reads the events and answers a receipt
   every 50 ms, the ledger's gathering time, with no database), so what is measured is what
-  receipts cost the gateway;
+  receipts cost the gateway.
+
+The MQTT drains and their baselines use a Mosquitto of the bench's own (a free port, set up as
+docs/ledger-setup.md says for the ledger's broker: `max_queued_messages 0`, TCP_NODELAY) when
+mosquitto is installed, else the machine's broker on 127.0.0.1:1883. With the stock queue limit
+of 1,000 the machine's broker dropped about a quarter of the events on their way to the
+receipts' stand-in whenever it fell behind (after PUBACKing them to the agent), and the drain
+waited for the agent to send them again after `receipt_timeout` (60 s): receipts doing their
+work, not their cost.
 * HTTP: the agent's own POST bodies plus the least durable outbox work: read the batch's
   rows from a copy of the same store, one committed range UPDATE after each 2xx,
   synchronous=FULL. `bare_post_only_per_s` is the same POSTs with no store at all.
@@ -54,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import aiohttp
 import aiomqtt
 
+from agent.cli.ledger.throwaway import free_port, listening, mosquitto_binary
 from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
 from agent.core.contract import Delivery
 from agent.core.records import Entry, Transition
@@ -129,11 +138,11 @@ def same_events(total: int) -> list[Event]:
     return out
 
 
-async def mqtt_bare(messages: list[tuple[str, bytes]], window: int) -> float:
+async def mqtt_bare(messages: list[tuple[str, bytes]], window: int, port: int = 1883) -> float:
     """aiomqtt QoS 1 publishes of `messages`, `window` always in flight; messages/s."""
     client = aiomqtt.Client(
         "127.0.0.1",
-        1883,
+        port,
         identifier=f"bench-bare-{os.getpid()}-{uuid.uuid4().hex[:6]}",
         max_inflight_messages=window,
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
@@ -195,18 +204,39 @@ async def http_bare(
     return len(bodies) * batch / elapsed
 
 
-async def start_receipt_ledger(topic: str) -> asyncio.subprocess.Process:
+async def start_broker() -> tuple[asyncio.subprocess.Process, int]:
+    """A Mosquitto of the bench's own on a free port, as the ledger's broker is set up (no queue limit)."""
+    binary = mosquitto_binary()
+    if binary is None:
+        raise RuntimeError("the mqtt_receipts drain needs mosquitto (apt-get install mosquitto)")
+    port = free_port()
+    conf = Path(tempfile.mkdtemp(prefix="bench-mq-")) / "mosquitto.conf"
+    conf.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\nmax_queued_messages 0\nset_tcp_nodelay true\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        binary, "-c", str(conf), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    for _ in range(200):
+        if listening(port):
+            return proc, port
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the bench's mosquitto did not start")
+
+
+async def start_receipt_ledger(topic: str, port: int) -> asyncio.subprocess.Process:
     """The receipts' stand-in ledger (a subprocess), once it is subscribed to `topic`."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(Path(__file__).resolve().parent / "receipt_ledger.py"),
         topic,
+        str(port),
         stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
     line = await proc.stdout.readline()
     if not line.startswith(b"READY"):
-        raise RuntimeError("bench/receipt_ledger.py did not start (a broker on 127.0.0.1:1883?)")
+        raise RuntimeError("bench/receipt_ledger.py did not start")
     return proc
 
 
@@ -226,12 +256,17 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
     receiver, url = await start_receiver()
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}/events/{{device}}/{{channel}}"
-    mq = MqttUpstream("mqtt", "mqtt://127.0.0.1:1883", topic=topic)  # the defaults
-    mq_receipts = MqttUpstream("mqtt_receipts", "mqtt://127.0.0.1:1883", topic=topic, receipts=True)
+    own = mosquitto_binary() is not None and any(s.startswith("mqtt") for s in sinks)
+    broker, port = await start_broker() if own else (None, 1883)
+    mq = MqttUpstream("mqtt", f"mqtt://127.0.0.1:{port}", topic=topic)  # the defaults
+    mq_receipts = MqttUpstream("mqtt_receipts", f"mqtt://127.0.0.1:{port}", topic=topic, receipts=True)
     http = HttpUpstream("http", url)  # the defaults
     ups: list[Upstream] = [up for up in (mq, mq_receipts, http) if up.name in sinks]
-    ledger = await start_receipt_ledger(f"{prefix}/events/#") if "mqtt_receipts" in sinks else None
+    ledger = await start_receipt_ledger(f"{prefix}/events/#", port) if "mqtt_receipts" in sinks else None
+    result_broker = "own" if broker is not None else "127.0.0.1:1883"
     result: dict[str, Any] = {"bench": "replay", "events": total, "rounds": rounds}
+    if any(s.startswith("mqtt") for s in sinks):
+        result["broker"] = result_broker
     try:
         with tempfile.TemporaryDirectory() as tmp:
             template = Path(tmp) / "template.db"
@@ -253,8 +288,10 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
                     figures["max_inflight"] = up.max_inflight
                     msgs = [(render_topic(topic, SITE, e), e.body) for e in events]
 
-                    async def base(msgs: list[tuple[str, bytes]] = msgs, w: int = up.max_inflight) -> float:
-                        return await mqtt_bare(msgs, w)
+                    async def base(
+                        msgs: list[tuple[str, bytes]] = msgs, w: int = up.max_inflight, p: int = port
+                    ) -> float:
+                        return await mqtt_bare(msgs, w, p)
 
                     base_name = "bare_aiomqtt_per_s"
                 else:
@@ -288,7 +325,7 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
                 figures["rss_growth_mb"] = round(max(growth), 1)
                 result[up.name] = figures
     finally:
-        for proc in (receiver, ledger):
+        for proc in (receiver, ledger, broker):
             if proc is not None:
                 proc.terminate()
                 await proc.wait()

@@ -117,7 +117,7 @@ class MqttUpstream(MqttClientSettings):
     max_inflight: int = 100
     connect_timeout_s: float = 10.0
     ack_timeout_s: float = 10.0
-    keepalive_s: int = 30
+    keepalive_s: float = 30.0
     backoff: Backoff = Backoff()
     backfill: Backfill = "none"
     receipts: bool = False
@@ -127,6 +127,10 @@ class MqttUpstream(MqttClientSettings):
         out = _common_problems(self.name, self.batch_size, self.read_size, self.backfill, self.backoff)
         out += tls_problems(self.cert_file, self.key_file) + url_problems(self.url)
         out += mqtt_url_problems(self.url)
+        if not (1 <= self.keepalive_s <= 65535 and float(self.keepalive_s).is_integer()):
+            out.append(
+                f"keepalive: {self.keepalive_s:g} s must be whole seconds, 1s..65535s (MQTT counts it in seconds)"
+            )
         if self.receipt_timeout_s < 1:
             out.append("receipt_timeout: must be at least 1 s (the ledger gathers and commits first)")
         if self.qos != 1:

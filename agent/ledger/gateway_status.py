@@ -3,7 +3,10 @@
 A gateway publishes a small JSON object every `status_every` seconds: its name, its version,
 the backlog and oldest pending age of each upstream, its store's room, each device's link. It has
 no identity and is never an event: it never enters the event tables, only `gateway_status`, one
-row per gateway, replaced by a newer record (an older one arriving late changes nothing).
+row per gateway, replaced only by a strictly newer record: the same record again (a broker delivers
+a retained record on every subscription) or an older one arriving late changes nothing, so it
+cannot make a dead gateway look heard (operator.md section 3). The fleet reads a status as heard
+at its own `at`, never later than it was received (`agent.ledger.web.queries.FLEET`).
 """
 
 from __future__ import annotations
@@ -58,12 +61,13 @@ VALUES (%(gateway)s, %(version)s, %(at)s, now(), %(via)s, %(status)s::jsonb)
 ON CONFLICT (gateway) DO UPDATE SET agent_version = EXCLUDED.agent_version,
   reported_at = EXCLUDED.reported_at, received_at = EXCLUDED.received_at, via = EXCLUDED.via,
   status = EXCLUDED.status
-WHERE s.reported_at IS NULL OR EXCLUDED.reported_at >= s.reported_at
+WHERE s.reported_at IS NULL OR EXCLUDED.reported_at > s.reported_at
 """
 
 
 async def record(conn: Conn, status: dict[str, Any], via: str) -> bool:
-    """Keep `status` as its gateway's latest (committed). False when a newer one is already kept."""
+    """Keep `status` as its gateway's latest (committed). False when the one kept is not older
+    (a repeat of it, or a newer one)."""
     version = status.get("agent_version")
     cur = await conn.execute(
         UPSERT,

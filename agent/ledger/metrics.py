@@ -176,13 +176,13 @@ async def refresh(conn: Any) -> None:
     GATEWAY_LAST_STATUS.clear()
     GATEWAY_LAST_HEARD.clear()
     for g in await queries.fetch(conn, queries.FLEET):
-        heard = [t for t in (g["last_arrival"], g["status_received_at"]) if t is not None]
+        heard = [t for t in (g["last_arrival"], g["status_heard_at"]) if t is not None]
         if heard:
             GATEWAY_LAST_HEARD.labels(g["gateway"]).set(max(heard).timestamp())
         if g["last_arrival"] is not None:
             GATEWAY_LAST_ARRIVAL.labels(g["gateway"]).set(g["last_arrival"].timestamp())
-        if g["status_received_at"] is not None:
-            GATEWAY_LAST_STATUS.labels(g["gateway"]).set(g["status_received_at"].timestamp())
+        if g["status_heard_at"] is not None:
+            GATEWAY_LAST_STATUS.labels(g["gateway"]).set(g["status_heard_at"].timestamp())
     STANDBYS.clear()
     for state in ("sync", "quorum", "potential", "async"):
         STANDBYS.labels(state).set(0)

@@ -292,7 +292,7 @@ class MqttSink:
             password=password,
             identifier=self.client_id,
             protocol=aiomqtt.ProtocolVersion.V5 if s.protocol == "5" else aiomqtt.ProtocolVersion.V311,
-            keepalive=s.keepalive_s,
+            keepalive=int(s.keepalive_s),  # a duration in the config; whole seconds (problems() says so)
             timeout=s.connect_timeout_s,
             max_inflight_messages=s.max_inflight,
             tls_context=tls_context(s.ca_file, s.cert_file, s.key_file) if secure else None,

@@ -44,7 +44,7 @@ def fleet_rows(rows: list[dict[str, Any]], silent_after: float) -> list[dict[str
             {
                 "gateway": r["gateway"],
                 "last_arrival": r["last_arrival"],
-                "status_received_at": r["status_received_at"],
+                "status_heard_at": r["status_heard_at"],
                 "agent_version": r["agent_version"],
                 "upstreams": upstream_lines(status),
                 "store_room_bytes": status.get("store_room_bytes"),
@@ -100,7 +100,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
                 mark,
                 silence,
                 g["last_arrival"],
-                g["status_received_at"],
+                g["status_heard_at"],
                 g["agent_version"],
                 Markup("<br>".join(esc(x) for x in g["upstreams"])) if g["upstreams"] else None,
                 None if room is None else f"{int(room) / 1e6:.1f} MB",

@@ -65,7 +65,9 @@ SUMMARY: LiteralString = (
 )
 
 # The last arrival of each gateway: a skip scan over arrival (gateway, received_at), one index
-# probe per gateway instead of a pass over every arrival.
+# probe per gateway instead of a pass over every arrival. A status record is heard at its own time
+# (`reported_at`), never later than the ledger received it: a broker's retained copy delivered
+# again on a new subscription is an old record and says nothing about the gateway now.
 FLEET: LiteralString = (
     "WITH RECURSIVE g AS ("
     " (SELECT gateway FROM arrival ORDER BY gateway LIMIT 1)"
@@ -75,8 +77,9 @@ FLEET: LiteralString = (
     " last AS (SELECT g.gateway, (SELECT max(a.received_at) FROM arrival a WHERE a.gateway = g.gateway)"
     "   AS last_arrival FROM g WHERE g.gateway IS NOT NULL)"
     " SELECT coalesce(s.gateway, last.gateway) AS gateway, last.last_arrival, s.agent_version,"
-    " s.reported_at, s.received_at AS status_received_at, s.via AS status_via, s.status,"
-    " extract(epoch FROM now() - greatest(s.received_at, last.last_arrival)) AS silent_s"
+    " s.reported_at, least(s.reported_at, s.received_at) AS status_heard_at, s.via AS status_via, s.status,"
+    " extract(epoch FROM now() - greatest(least(s.reported_at, s.received_at), last.last_arrival))"
+    " AS silent_s"
     " FROM last FULL JOIN gateway_status s ON s.gateway = last.gateway ORDER BY 1"
 )
 

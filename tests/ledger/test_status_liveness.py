@@ -1,0 +1,75 @@
+"""Issue 36, item 1, as it was reproduced: a gateway killed -9, then the broker restarted while the
+gateway stays dead. The broker delivers the gateway's retained status record again when the ledger
+subscribes anew; that old record must not make the dead gateway look heard. Real processes: a
+simulated PLC, `edge-agent run`, Mosquitto (persistence, so the retained record survives), `edge-agent
+ledger run` and PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mosquitto import MOSQUITTO, Broker
+from pipeline import Pipeline, ledger_rows, wait_for
+
+from agent.ledger.web import queries
+
+pytestmark = pytest.mark.skipif(
+    MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"
+)
+
+
+def status_row(dsn: str) -> tuple[Any, ...]:
+    (row,) = ledger_rows(dsn, "SELECT reported_at, received_at FROM gateway_status WHERE gateway = 'gw-1'")
+    return row
+
+
+def fleet(dsn: str) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute(queries.FLEET)
+        names = [c.name for c in cur.description or ()]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    (gw,) = [r for r in rows if r["gateway"] == "gw-1"]
+    return gw
+
+
+def test_a_retained_status_delivered_again_does_not_make_a_dead_gateway_heard(
+    tmp_path: Path, ledger_dsn: str
+) -> None:
+    broker = Broker(tmp_path)
+    pipe = Pipeline(tmp_path, ledger_dsn, broker, status_every="1s")
+    try:
+        wait_for(
+            lambda: ledger_rows(ledger_dsn, "SELECT count(*) FROM gateway_status")[0][0] == 1, 60, "a status"
+        )
+        time.sleep(2.5)  # a few records, each newer than the one before
+        pipe.gateway.send_signal(signal.SIGKILL)
+        pipe.gateway.wait()
+        pipe.sim.send_signal(signal.SIGTERM)  # nothing arrives from the PLC any more either
+        time.sleep(1.5)
+        reported, received = status_row(ledger_dsn)
+        killed_at = time.time()
+        subscribed = pipe.ledger_log.read_text().count("subscribed")
+        broker.kill()
+        time.sleep(0.5)
+        broker.start()
+        wait_for(
+            lambda: pipe.ledger_log.read_text().count("subscribed") > subscribed,
+            60,
+            "the ledger subscribed again",
+        )
+        time.sleep(3.0)  # the retained record has come again by now
+        assert status_row(ledger_dsn) == (reported, received), "the same record again changes nothing"
+        gw = fleet(ledger_dsn)
+        assert gw["status_heard_at"] == reported
+        assert gw["silent_s"] >= time.time() - killed_at, (
+            "silent since the gateway died, not since the broker came back"
+        )
+    finally:
+        pipe.stop()
+        broker.kill()
