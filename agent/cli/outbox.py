@@ -48,6 +48,8 @@ def _row(c: UpstreamCounts, now: datetime) -> dict[str, Any]:
         "pending": c.pending,
         "oldest_pending_at": c.oldest_pending_at,
         "oldest_pending_age_s": age,
+        "awaiting_receipt": c.awaiting_receipt,
+        "oldest_awaiting_at": c.oldest_awaiting_at,
         "delivered": c.delivered,
         "rejected": c.rejected,
         "delivery_attempts": c.attempts,
@@ -60,7 +62,8 @@ def _row(c: UpstreamCounts, now: datetime) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per upstream and line.")
 @click.pass_context
 def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Delivery state per upstream: pending, oldest pending age, delivered, rejected, last error.
+    """Delivery state per upstream: pending, oldest pending age, sent and awaiting the ledger's
+    receipt (upstreams with `receipts: true`), delivered, rejected, last error.
 
     Rejected rows are dead letters: the upstream refused them, they are never
     retried automatically; `edge-agent outbox retry` queues them again.
@@ -93,12 +96,22 @@ def outbox_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
-    headers = ["upstream", "pending", "oldest pending", "delivered", "rejected", "attempts", "last error"]
+    headers = [
+        "upstream",
+        "pending",
+        "oldest pending",
+        "awaiting receipt",
+        "delivered",
+        "rejected",
+        "attempts",
+        "last error",
+    ]
     table = [
         [
             r["upstream"],
             r["pending"],
             "-" if r["oldest_pending_age_s"] is None else f"{r['oldest_pending_age_s']:.0f} s",
+            r["awaiting_receipt"],
             r["delivered"],
             r["rejected"],
             r["delivery_attempts"],

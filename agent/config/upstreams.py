@@ -129,7 +129,7 @@ class MqttUpstream(MqttClientSettings):
         out += mqtt_url_problems(self.url)
         if not (1 <= self.keepalive_s <= 65535 and float(self.keepalive_s).is_integer()):
             out.append(
-                f"keepalive: {self.keepalive_s:g} s must be whole seconds, 1s..65535s (MQTT counts it in seconds)"
+                f"keepalive: {self.keepalive_s:g} s must be whole seconds, 1s..65535s (MQTT counts seconds)"
             )
         if self.receipt_timeout_s < 1:
             out.append("receipt_timeout: must be at least 1 s (the ledger gathers and commits first)")
