@@ -21,6 +21,7 @@ import click
 from agent.cli import progress, render
 from agent.cli.context import EX_FAILURE, Context, run_async
 from agent.core.decide import Outcome
+from agent.core.spreadsheet import safe_row
 from agent.core.wording import counted
 from agent.sources.importer import ImportBatch
 from agent.sources.parse_ahead import ParsedAhead, ParseProcessError
@@ -226,7 +227,7 @@ async def _write_csv(reader: Reader, sort: str) -> None:
     writer.writerow([f for _, f in cols])
     async with aclosing(reader.events(sort)) as events:
         async for ev in events:
-            writer.writerow([render.cell(ev[f]) if f == "payload" else ev[f] for _, f in cols])
+            writer.writerow(safe_row([render.cell(ev[f]) if f == "payload" else ev[f] for _, f in cols]))
 
 
 @click.command("report")

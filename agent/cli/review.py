@@ -20,6 +20,7 @@ import click
 
 from agent.cli import render
 from agent.cli.context import Context, run_async
+from agent.core.spreadsheet import safe_row
 from agent.core.timestamps import format_timestamp
 from agent.store.reader import Reader
 from agent.store.review import NotReviewable
@@ -74,7 +75,7 @@ async def _stream_out(
     async with aclosing(rows(reader)) as found:
         async for rec in found:
             if writer is not None:
-                writer.writerow(csv_row(rec))
+                writer.writerow(safe_row(csv_row(rec)))
             else:
                 sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
             n += 1

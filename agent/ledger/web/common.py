@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.core.spreadsheet import safe_row
 from agent.core.timestamps import format_timestamp
 from agent.ledger.web.pool import Pool
 from agent.ledger.web.security import Guard
@@ -101,7 +102,8 @@ def plain(value: Any) -> Any:
 
 
 def export(rows: Sequence[Mapping[str, Any]], fmt: str, name: str) -> web.Response:
-    """The rows of a page as CSV (one row each, nested values as JSON text) or a JSON array."""
+    """The rows of a page as CSV (one row each, nested values as JSON text; a text cell that would
+    start a formula in a spreadsheet gets a leading `'`) or a JSON array (exact)."""
     clean = [{k: plain(v) for k, v in r.items()} for r in rows]
     if fmt == "json":
         body = json.dumps(clean, ensure_ascii=False, indent=1)
@@ -116,7 +118,12 @@ def export(rows: Sequence[Mapping[str, Any]], fmt: str, name: str) -> web.Respon
     w.writerow(cols)
     for r in clean:
         w.writerow(
-            [json.dumps(r[c], ensure_ascii=False) if isinstance(r[c], dict | list) else r[c] for c in cols]
+            safe_row(
+                [
+                    json.dumps(r[c], ensure_ascii=False) if isinstance(r[c], dict | list) else r[c]
+                    for c in cols
+                ]
+            )
         )
     return web.Response(
         text=out.getvalue(),
