@@ -9,20 +9,14 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+from agent.core.visible import visible
 
 
 def printable(text: str) -> str:
-    """`text` with control characters written as escapes (`\\x1b`, `\\n`): stored evidence can hold
-    any character, and a terminal must never receive one raw (an ESC would restyle it)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        ch
-        if ch.isprintable() or ch == " "
-        else _ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-        for ch in text
-    )
+    """`text` with control and format characters written as escapes (`\\x1b`, `\\n`, `\\u202e`):
+    stored evidence can hold any character, and a terminal must never receive one raw (an ESC would
+    restyle it). `agent.core.visible`, as the review page shows text."""
+    return visible(text)
 
 
 def cell(value: Any, width: int | None = None) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from agent.core.timestamps import format_timestamp
+from agent.core.visible import visible
 
 
 class Markup(str):
@@ -32,7 +33,9 @@ def esc(value: Any) -> Markup:
         value = format_timestamp(value)
     elif isinstance(value, bool):
         value = "yes" if value else "no"
-    return Markup(html.escape(str(value), quote=True))
+    # Control and format characters (a bidirectional override would show "evil" as "live") are
+    # shown as escapes, as the command line shows them; newlines stay (HTML white space, <pre> lines).
+    return Markup(html.escape(visible(str(value), keep="\n"), quote=True))
 
 
 def join(parts: Iterable[Any], sep: str = "") -> Markup:

@@ -1,0 +1,33 @@
+"""Bidirectional and other control characters on the review page (issue 36): shown as escapes, as the
+command line shows them, never raw (`Pumpe U+202E evil U+202C` would read "Pumpe live")."""
+
+from __future__ import annotations
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from agent.ledger import gateway_status
+from agent.ledger.connection import connect
+from agent.ledger.web.app import make_app
+from agent.ledger.web.pool import Pool
+from agent.ledger.web.security import Guard
+
+NAME = "Pumpe \u202eevil\u202c\x1b[31m"
+
+
+async def test_a_gateway_name_with_bidi_controls_is_shown_escaped(ledger_dsn: str) -> None:
+    conn = await connect(ledger_dsn)
+    try:
+        status = {"gateway": NAME, "at": "2026-12-06T02:00:00.000Z", "upstreams": {}, "devices": {}}
+        assert await gateway_status.record(conn, status, "mqtt")
+    finally:
+        await conn.close()
+    client = TestClient(TestServer(make_app(Pool(ledger_dsn, size=1), Guard(None), silent_after=300)))
+    await client.start_server()
+    try:
+        page = await (await client.get("/")).text()
+        exported = await (await client.get("/?format=json")).json()
+    finally:
+        await client.close()
+    assert "\u202e" not in page and "\u202c" not in page and "\x1b" not in page
+    assert "Pumpe \\u202eevil\\u202c\\x1b[31m" in page
+    assert NAME in {g["gateway"] for g in exported[0]["fleet"]}, "the JSON export stays exact"
