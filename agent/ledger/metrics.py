@@ -24,9 +24,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from agent.core.contract import Decision
 from agent.core.decide import Outcome
 from agent.ledger import failover
-from agent.ledger.arrivals import Arrival
+from agent.ledger.arrivals import VIAS, Arrival
+from agent.ledger.errors import LedgerUnavailable
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -60,6 +62,13 @@ WITHHOLDING = Gauge(
     "1 while the last batch did not commit (acknowledgements withheld)",
     registry=REGISTRY,
 )
+# Every series a rule or a panel reads exists from the start at 0 (a labelled counter has no
+# series until its first increment, and a panel would say "No data", a rule see nothing): every
+# decision by every way in, and the batch failure the ledger knows (the database unavailable).
+for _decision in Decision:
+    for _via in VIAS:
+        ARRIVALS.labels(_decision.value, _via)
+BATCH_FAILURES.labels(LedgerUnavailable.__name__)
 LAST_COMMIT = Gauge(
     "edge_ledger_last_commit_timestamp_seconds", "Unix time of the last committed batch", registry=REGISTRY
 )
