@@ -24,9 +24,10 @@ import pytest
 from mosquitto import MOSQUITTO, Broker
 from pipeline import Pipeline, ledger_rows, outbox_states, store_rows, wait_for
 
-pytestmark = pytest.mark.skipif(
-    MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"
-)
+pytestmark = [
+    pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"),
+    pytest.mark.timeout(300),  # about 30 s each alone; a loaded CI machine gets room
+]
 
 KILLS = int(os.environ.get("EDGE_RECEIPT_KILLS", "10"))
 

@@ -17,9 +17,10 @@ from pipeline import Pipeline, ledger_rows, wait_for
 
 from agent.ledger.web import queries
 
-pytestmark = pytest.mark.skipif(
-    MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"
-)
+pytestmark = [
+    pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"),
+    pytest.mark.timeout(240),
+]
 
 
 def status_row(dsn: str) -> tuple[Any, ...]:
