@@ -228,7 +228,20 @@ class MqttSink:
 
     async def publish_status(self, gateway: str, body: bytes) -> bool:
         """The gateway's status record, retained at QoS 1 on `<site>/status/<gateway>`, on the events'
-        connection when it is up (False when not: the next record comes in `status_every`)."""
+        connection. With no connection and no `publish()` in progress it connects first (a quiet
+        gateway, with no events to send, comes back after a broker restart within one status
+        interval instead of staying silent); False when it cannot (the next record comes in
+        `status_every`)."""
+        async with self._connecting:
+            if self._calls == 0 and not self.connected:
+                await self._drop()  # a connection the broker's restart ended, if any
+                try:
+                    fresh = await self._connect()
+                except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
+                    log.debug("status record: %s: connect failed: %s", self._where(), exc)
+                    return False
+                self._client = fresh
+                self._window = _Window(fresh, self.settings.ack_timeout_s)
         client = self._client
         if client is None or not self.connected:
             return False

@@ -47,7 +47,14 @@ class Pipeline:
     """A simulator of busy PLCs, one gateway, one ledger, one broker: each its own process."""
 
     def __init__(
-        self, tmp: Path, dsn: str, broker: Broker, receipts: bool = True, *, status_every: str = "60s"
+        self,
+        tmp: Path,
+        dsn: str,
+        broker: Broker,
+        receipts: bool = True,
+        *,
+        status_every: str = "60s",
+        rate: int = 30,
     ) -> None:
         self.tmp, self.dsn, self.broker = tmp, dsn, broker
         self.sim = subprocess.Popen(
@@ -60,8 +67,7 @@ class Pipeline:
                 "--controllers",
                 "PLC-1",
                 "PLC-2",
-                "--random",
-                "30",
+                *(["--random", str(rate)] if rate else []),
                 "--poll",
                 "100ms",
             ],

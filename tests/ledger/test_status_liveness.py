@@ -74,3 +74,36 @@ def test_a_retained_status_delivered_again_does_not_make_a_dead_gateway_heard(
     finally:
         pipe.stop()
         broker.kill()
+
+
+def test_a_quiet_gateway_is_heard_again_after_a_broker_restart(tmp_path: Path, ledger_dsn: str) -> None:
+    """A gateway whose PLC makes no transitions has no event to send; its status records still go
+    out on schedule after the broker was killed and started again (it used to connect only to
+    send events, and stayed silent while alive)."""
+    broker = Broker(tmp_path)
+    pipe = Pipeline(tmp_path, ledger_dsn, broker, status_every="1s", rate=0)
+    try:
+        wait_for(
+            lambda: ledger_rows(ledger_dsn, "SELECT count(*) FROM gateway_status")[0][0] == 1, 60, "a status"
+        )
+        subscribed = pipe.ledger_log.read_text().count("subscribed")
+        broker.kill()
+        time.sleep(0.5)
+        broker.start()
+        wait_for(
+            lambda: pipe.ledger_log.read_text().count("subscribed") > subscribed,
+            60,
+            "the ledger subscribed again",
+        )
+        back = time.time()
+        reported_before = status_row(ledger_dsn)[0]
+        wait_for(
+            lambda: status_row(ledger_dsn)[0].timestamp() > max(back, reported_before.timestamp()),
+            20,
+            "a status record made after the broker came back",
+        )
+        assert pipe.gateway.poll() is None
+        assert ledger_rows(ledger_dsn, "SELECT count(*) FROM canonical_event")[0][0] == 0, "a quiet PLC"
+    finally:
+        pipe.stop()
+        broker.kill()
