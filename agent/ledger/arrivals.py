@@ -7,6 +7,7 @@ in identity; `received_at` is the ledger's clock, set per batch by the arbiter.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -54,16 +55,25 @@ class Arrival:
 
 
 def from_import(item: Delivery | Rejection, default_gateway: str, file_digest: str | None = None) -> Arrival:
-    """An import line: its own `gateway` field names the gateway when it is text, else the default.
-    With the file's SHA-256 (hex), its arrival key is (digest, line): importing the same file
-    again adds no second arrival of a line."""
+    """An import line: its own `gateway` field names the gateway when it is text, else the default
+    (a rejected line too, when it is a JSON object that names one: the fleet never lists a gateway
+    `import` for a line that said where it came from). With the file's SHA-256 (hex), its arrival
+    key is (digest, line): importing the same file again adds no second arrival of a line."""
     gateway = default_gateway
-    if isinstance(item, Delivery):
-        named = item.evidence.get("gateway")
-        if isinstance(named, str) and named:
-            gateway = named
+    named = item.evidence.get("gateway") if isinstance(item, Delivery) else _named_gateway(item.raw)
+    if isinstance(named, str) and named:
+        gateway = named
     key = None if file_digest is None else import_key(file_digest, item.line)
     return Arrival(item, gateway, "import", key=key)
+
+
+def _named_gateway(raw: str | bytes) -> object:
+    """The `gateway` a rejected line names, when it is a JSON object (None when it is not)."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return doc.get("gateway") if isinstance(doc, dict) else None
 
 
 def import_key(file_digest: str, line: int | None) -> bytes:

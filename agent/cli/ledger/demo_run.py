@@ -55,6 +55,7 @@ def ledger_config(site: str, host: str, port: int, client_id: str) -> str:
     return (
         f"mqtt: {{host: '{host}', port: {port}, topic: '{site}/events/#',"
         f" client_id: {client_id}, session_expiry_s: 3600}}\n"
+        f"status_topic: '{site}/status/+'\n"  # its own site's status records only, as its events
     )
 
 
