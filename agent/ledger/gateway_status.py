@@ -65,9 +65,34 @@ WHERE s.reported_at IS NULL OR EXCLUDED.reported_at > s.reported_at
 """
 
 
+# The MQTT Will of a gateway process (`state: offline`): marks the record kept offline when it is
+# that process's (same `session`) and still running. Its `at` is the session's start: it moves no
+# "last heard"; a Will of an earlier process, or one delivered again, changes nothing new.
+OFFLINE = """
+UPDATE gateway_status SET status = status || jsonb_build_object(
+  'state', 'offline', 'offline_reason', %(reason)s::text, 'offline_seen_at', now())
+WHERE gateway = %(gateway)s AND status->>'session' = %(session)s
+  AND coalesce(status->>'state', 'running') = 'running'
+"""
+
+
 async def record(conn: Conn, status: dict[str, Any], via: str) -> bool:
     """Keep `status` as its gateway's latest (committed). False when the one kept is not older
-    (a repeat of it, or a newer one)."""
+    (a repeat of it, or a newer one). An `offline` record (the gateway's MQTT Will) marks the
+    record of its own session offline instead (False when it is not that session's)."""
+    if status.get("state") == "offline":
+        reason = status.get("reason")
+        session = status.get("session")
+        cur = await conn.execute(
+            OFFLINE,
+            {
+                "gateway": status["gateway"],
+                "session": session if isinstance(session, str) else None,
+                "reason": reason if isinstance(reason, str) else "offline",
+            },
+        )
+        await conn.commit()
+        return cur.rowcount == 1
     version = status.get("agent_version")
     cur = await conn.execute(
         UPSERT,

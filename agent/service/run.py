@@ -248,6 +248,7 @@ class Service:
         """Forwarders, the recorder that wakes them, and the metrics endpoint when configured."""
         cfg = self.cfg
         forwarders = build_upstream_tasks(store, cfg, self.live)
+        self.status.arm_wills(forwarders)  # before any sink connects
 
         def committed(_batch: Any, outcomes: Sequence[Outcome]) -> None:
             self.status.count(outcomes)
@@ -319,7 +320,8 @@ class Service:
         await stopping.wait_tasks(r.recorder_tasks, b.recorder_s, "recorder")
         r.stop_forwarding.set()
         await stopping.wait_tasks(r.forwarder_tasks, b.forwarders_s, "forwarders")
-        await stopping.step(self.status.write(r.store, r.recorder, r.forwarders), b.close_s, "last status")
+        last = self.status.write(r.store, r.recorder, r.forwarders, stopped=True)
+        await stopping.step(last, b.close_s, "last status")
         r.stop_house.set()
         await stopping.wait_tasks(r.house_tasks, b.close_s, "status and retention")
         return stopping

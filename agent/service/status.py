@@ -48,6 +48,7 @@ class StatusWriter:
         self.status_every_s = 60.0
         self._status_at = -1e18
         self.process = process.mark()  # which process this is, so `status` knows when it is gone
+        self.session = now()  # this process's status records and its MQTT Will name it
 
     def count(self, outcomes: Sequence[Outcome]) -> None:
         """Count the decisions of one committed batch (arrivals by kind, for metrics)."""
@@ -67,8 +68,22 @@ class StatusWriter:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
-    async def write(self, store: Store, recorder: Recorder, forwarders: Sequence[UpstreamTask]) -> None:
-        """One snapshot of the live state into the store (and to the metrics collector)."""
+    def arm_wills(self, forwarders: Sequence[UpstreamTask]) -> None:
+        """Give every sink that takes one the MQTT Will of this process (before it connects)."""
+        if self.identity is None:
+            return
+        site, gateway = self.identity
+        body = status_record.will(site=site, gateway=gateway, session=self.session)
+        for f in forwarders:
+            arm = getattr(getattr(f, "sink", None), "will_status", None)
+            if arm is not None:
+                arm(gateway, body)
+
+    async def write(
+        self, store: Store, recorder: Recorder, forwarders: Sequence[UpstreamTask], *, stopped: bool = False
+    ) -> None:
+        """One snapshot of the live state into the store (and to the metrics collector). `stopped`:
+        the last one of a clean stop, whose status record (sent at once) says `stopped`."""
         self.live.upstreams = {f.upstream.name: asdict(f.state) for f in forwarders}
         self.live.recorder = {
             **asdict(recorder.stats),
@@ -80,7 +95,9 @@ class StatusWriter:
             await store.write_live_state("service", self.now(), json.dumps(snapshot))
         except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly
             log.debug("live state not written: %s", exc)
-        status_due = self.identity is not None and time.monotonic() - self._status_at >= self.status_every_s
+        status_due = self.identity is not None and (
+            stopped or time.monotonic() - self._status_at >= self.status_every_s
+        )
         if self.collector is not None or status_due:
             await self._refresh(store, force=status_due)
         if self.collector is not None:
@@ -102,6 +119,8 @@ class StatusWriter:
                 outbox=self._outbox_counts,
                 store_room=self._store_room,
                 connections=snapshot.get("connections", []),
+                session=self.session,
+                state="stopped" if stopped else "running",
             )
             await status_record.publish([f.sink for f in forwarders], gateway, record)
 

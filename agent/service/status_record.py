@@ -4,6 +4,12 @@ Every `status_every` (default 60 s) the service publishes on each upstream a sma
 gateway, agent version, backlog and oldest pending age per upstream, the store's room, each
 device connection's link and ticks missed. It is not an event: no identity, never in the outbox,
 never retried (the next one replaces it); the ledger keeps the latest per gateway.
+
+`state` says what the process is doing: `running` in every record, `stopped` in the last one of a
+clean stop, and `offline` in the MQTT Will (`will()`), which the broker publishes (retained, on the
+same topic) when a connection ends without a DISCONNECT: a crash, a power cut, the network. Every
+record and the Will carry the process's `session` (when it started), so the ledger applies a Will
+only to the records of the process that left it (operator.md section 3).
 """
 
 from __future__ import annotations
@@ -20,6 +26,26 @@ from agent.service.metrics import pending_age_s
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S = 10.0
+STATUS_TYPE = "io.edgeagent.gateway_status"
+WILL_REASON = (
+    "the connection ended without a stop (a crash, a power cut or the network): the broker's MQTT Will"
+)
+
+
+def will(*, site: str, gateway: str, session: str) -> bytes:
+    """The MQTT Will's body: an `offline` record of this process (its `at` is the session's start:
+    the broker publishes it unchanged, whenever the connection ends)."""
+    body = {
+        "type": STATUS_TYPE,
+        "gateway": gateway,
+        "site": site,
+        "at": session,
+        "agent_version": __version__,
+        "state": "offline",
+        "session": session,
+        "reason": WILL_REASON,
+    }
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 def build(
@@ -31,13 +57,17 @@ def build(
     outbox: Sequence[dict[str, Any]],
     store_room: int | None,
     connections: Sequence[dict[str, Any]],
+    session: str | None = None,
+    state: str = "running",
 ) -> dict[str, Any]:
     return {
-        "type": "io.edgeagent.gateway_status",
+        "type": STATUS_TYPE,
         "gateway": gateway,
         "site": site,
         "at": at,
         "agent_version": __version__,
+        "state": state,
+        "session": session,
         "upstreams": {
             u["upstream"]: {
                 "backlog": u["pending"],

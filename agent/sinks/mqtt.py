@@ -180,6 +180,13 @@ class MqttSink:
         self._connecting = asyncio.Lock()
         self._calls = 0  # publish() calls in progress
         self._receipts: tuple[str, Callable[[bytes], None], Callable[[], None]] | None = None
+        self._will: aiomqtt.Will | None = None
+
+    def will_status(self, gateway: str, body: bytes) -> None:
+        """Connect with an MQTT Will: `body` retained at QoS 1 on the status topic, which the broker
+        publishes when a connection ends without a DISCONNECT (a clean stop sends one: no Will)."""
+        topic = f"{status_level(self.site)}/status/{status_level(gateway)}"
+        self._will = aiomqtt.Will(topic, body, qos=1, retain=True)
 
     def listen_for_receipts(
         self, topic: str, on_receipt: Callable[[bytes], None], on_connection: Callable[[], None]
@@ -311,6 +318,7 @@ class MqttSink:
             tls_context=tls_context(s.ca_file, s.cert_file, s.key_file) if secure else None,
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=_quiet_logger(),
+            will=self._will,
         )
         client.pending_calls_threshold = s.max_inflight + 10
         self._track(client)

@@ -28,6 +28,11 @@ def status_row(dsn: str) -> tuple[Any, ...]:
     return row
 
 
+def state(dsn: str) -> str | None:
+    (row,) = ledger_rows(dsn, "SELECT status->>'state' FROM gateway_status WHERE gateway = 'gw-1'")
+    return row[0]  # type: ignore[no-any-return]
+
+
 def fleet(dsn: str) -> dict[str, Any]:
     import psycopg
 
@@ -51,8 +56,12 @@ def test_a_retained_status_delivered_again_does_not_make_a_dead_gateway_heard(
         time.sleep(2.5)  # a few records, each newer than the one before
         pipe.gateway.send_signal(signal.SIGKILL)
         pipe.gateway.wait()
+        killed = time.monotonic()
         pipe.sim.send_signal(signal.SIGTERM)  # nothing arrives from the PLC any more either
-        time.sleep(1.5)
+        # The broker publishes the gateway's MQTT Will: the fleet shows the crash at once.
+        wait_for(lambda: state(ledger_dsn) == "offline", 30, "the gateway's Will (offline)")
+        assert time.monotonic() - killed < 30
+        time.sleep(1.0)
         reported, received = status_row(ledger_dsn)
         killed_at = time.time()
         subscribed = pipe.ledger_log.read_text().count("subscribed")
@@ -66,6 +75,7 @@ def test_a_retained_status_delivered_again_does_not_make_a_dead_gateway_heard(
         )
         time.sleep(3.0)  # the retained record has come again by now
         assert status_row(ledger_dsn) == (reported, received), "the same record again changes nothing"
+        assert state(ledger_dsn) == "offline"
         gw = fleet(ledger_dsn)
         assert gw["status_heard_at"] == reported
         assert gw["silent_s"] >= time.time() - killed_at, (
@@ -104,6 +114,24 @@ def test_a_quiet_gateway_is_heard_again_after_a_broker_restart(tmp_path: Path, l
         )
         assert pipe.gateway.poll() is None
         assert ledger_rows(ledger_dsn, "SELECT count(*) FROM canonical_event")[0][0] == 0, "a quiet PLC"
+    finally:
+        pipe.stop()
+        broker.kill()
+
+
+def test_a_clean_stop_says_stopped_and_leaves_no_will(tmp_path: Path, ledger_dsn: str) -> None:
+    broker = Broker(tmp_path)
+    pipe = Pipeline(tmp_path, ledger_dsn, broker, status_every="1s", rate=0)
+    try:
+        wait_for(
+            lambda: ledger_rows(ledger_dsn, "SELECT count(*) FROM gateway_status")[0][0] == 1, 60, "a status"
+        )
+        wait_for(lambda: state(ledger_dsn) == "running", 30, "a running record")
+        pipe.gateway.send_signal(signal.SIGTERM)
+        assert pipe.gateway.wait(timeout=60) == 0
+        wait_for(lambda: state(ledger_dsn) == "stopped", 30, "the last record of a clean stop")
+        time.sleep(2.0)  # a DISCONNECT: the broker publishes no Will
+        assert state(ledger_dsn) == "stopped"
     finally:
         pipe.stop()
         broker.kill()

@@ -51,6 +51,9 @@ def fleet_rows(rows: list[dict[str, Any]], silent_after: float) -> list[dict[str
                 "devices": status.get("devices"),
                 "silent_s": None if silent_s is None else float(silent_s),
                 "silent": silent_s is not None and float(silent_s) > silent_after,
+                # `offline`: the broker published the gateway's MQTT Will (its connection ended
+                # without a stop); `stopped`: its last record said so; `running` or None otherwise.
+                "state": status.get("state"),
             }
         )
     return out
@@ -91,7 +94,16 @@ async def overview(request: web.Request) -> web.StreamResponse:
         cells.append(tag("div", tag("span", number, class_="n"), tag("span", label), class_="count"))
     rows = []
     for g in fleet:
-        mark = tag("span", "SILENT", class_="silent") if g["silent"] else tag("span", "ok", class_="ok")
+        if g["state"] == "offline":
+            mark = tag(
+                "span", "OFFLINE", class_="silent", title="its connection ended without a stop (MQTT Will)"
+            )
+        elif g["state"] == "stopped":
+            mark = tag("span", "STOPPED", class_="silent", title="its last status record: a clean stop")
+        elif g["silent"]:
+            mark = tag("span", "SILENT", class_="silent")
+        else:
+            mark = tag("span", "ok", class_="ok")
         silence = "-" if g["silent_s"] is None else f"{g['silent_s']:.0f} s ago"
         room = g["store_room_bytes"]
         rows.append(
@@ -113,7 +125,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
         tag(
             "p",
             f"A gateway is marked SILENT when neither an arrival nor a status record came from it for "
-            f"{request.app[SILENT_AFTER]:.0f} s.",
+            f"{request.app[SILENT_AFTER]:.0f} s; OFFLINE when its connection to the broker ended without "
+            "a stop (its MQTT Will: a crash, a power cut, the network); STOPPED after a clean stop.",
             class_="hint",
         ),
         table(
