@@ -114,6 +114,18 @@ class Pipeline:
             [*AGENT, "run", "-c", str(self.gw_cfg)], stdout=subprocess.DEVNULL, stderr=self.gw_log.open("a")
         )
 
+    def restart_broker(self) -> None:
+        """SIGKILL the broker, start it again, and wait until the ledger has subscribed anew."""
+        subscribed = self.ledger_log.read_text().count("subscribed")
+        self.broker.kill()
+        time.sleep(0.5)
+        self.broker.start()
+        wait_for(
+            lambda: self.ledger_log.read_text().count("subscribed") > subscribed,
+            60,
+            "the ledger subscribed again",
+        )
+
     def kill9_ledger(self) -> None:
         self.ledger.send_signal(signal.SIGKILL)
         self.ledger.wait()

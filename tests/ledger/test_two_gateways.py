@@ -15,6 +15,7 @@ from typing import IO, Any
 import psycopg
 import pytest
 from mosquitto import MOSQUITTO, Broker
+from pipeline import wait_for
 
 pytestmark = pytest.mark.skipif(
     MOSQUITTO is None, reason="mosquitto is not installed (apt-get install mosquitto)"
@@ -51,14 +52,6 @@ def step(sim: subprocess.Popen[str], command: str) -> None:
     sim.stdin.write(command + "\n")
     sim.stdin.flush()
     assert read_until(sim.stdout, "OK", 30)[-1].startswith("OK")
-
-
-def wait_for(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
