@@ -247,21 +247,32 @@ async def test_broker_down_then_back_the_backlog_is_drained_in_order_with_stable
         await broker.stop()
 
 
-async def test_a_keepalive_given_as_a_duration_connects_and_delivers(store: Store, tmp_path: Path) -> None:
+async def test_every_duration_of_an_mqtt_upstream_as_check_takes_it_connects_and_delivers(
+    store: Store, tmp_path: Path
+) -> None:
     """`keepalive: 5s` passed `check` and then crashed every forwarder start (issue 36: the client
-    wants whole seconds); a config `check` accepts must run."""
+    wants whole seconds); a config `check` accepts must run: every duration key of an MQTT upstream,
+    written as the docs write it, through the loader and into a real connection."""
     from agent.config import loader as config
 
     cfg = tmp_path / "config.yaml"
     cfg.write_text(
         "site: plant\ngateway: gw\nstore: {path: /tmp/x.db}\n"
-        "upstreams:\n  - name: central\n    mqtt: {url: 'mqtt://127.0.0.1:1883', keepalive: 5s}\n"
+        "upstreams:\n  - name: central\n    mqtt: {url: 'mqtt://127.0.0.1:1883', keepalive: 5s,"
+        " connect_timeout: 3s, ack_timeout: 2500ms, receipt_timeout: 90s, backoff: {initial: 100ms, max: 2s}}\n"
         "devices:\n  - name: PUMP-07\n    connections: [{modbus: {host: 10.0.0.7}}]\n"
         "    boot_id: {register: 0, type: uint32}\n"
         "    channels: {Trip: {transition_id: {register: 2, type: uint32}, state: {register: 11, table: coil}}}\n"
     )
     (up,) = config.load(cfg, check_files=False).upstreams
-    assert isinstance(up, MqttUpstream) and up.keepalive_s == 5.0
+    assert isinstance(up, MqttUpstream)
+    assert (up.keepalive_s, up.connect_timeout_s, up.ack_timeout_s, up.receipt_timeout_s) == (
+        5.0,
+        3.0,
+        2.5,
+        90.0,
+    )
+    assert up.backoff == Backoff(0.1, 2.0)
     site = f"test-{uuid.uuid4().hex[:8]}"
     await store.register_upstreams([(up.name, "none")], "2026-04-22T08:00:00.000Z")
     async with subscribed(1883, site) as sub, forwarding(store, up, site) as fwd:
