@@ -180,7 +180,8 @@ class Broker:
 
 @contextlib.asynccontextmanager
 async def collector(port: int, site: str) -> AsyncIterator[list[dict[str, Any]]]:
-    """Every CloudEvent under `<site>/#` at QoS 1, with a persistent session across restarts."""
+    """Every CloudEvent under `<site>/events/#` at QoS 1, with a persistent session across restarts
+    (the gateway's status records, on `<site>/status/<gateway>`, are not events)."""
     got: list[dict[str, Any]] = []
     ready = asyncio.Event()
     ident = f"collector-{uuid.uuid4().hex[:8]}"
@@ -195,7 +196,7 @@ async def collector(port: int, site: str) -> AsyncIterator[list[dict[str, Any]]]
             client = aiomqtt.Client("127.0.0.1", port, identifier=ident, clean_session=False, timeout=2)
             try:
                 async with client:
-                    await client.subscribe(f"{site}/#", qos=1)
+                    await client.subscribe(f"{site}/events/#", qos=1)
                     ready.set()
                     async for m in client.messages:
                         take(m.payload)
