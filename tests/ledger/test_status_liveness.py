@@ -6,6 +6,7 @@ ledger run` and PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -116,6 +117,9 @@ def test_a_clean_stop_says_stopped_and_leaves_no_will(tmp_path: Path, ledger_dsn
         wait_for(lambda: state(ledger_dsn) == "stopped", 30, "the last record of a clean stop")
         time.sleep(2.0)  # a DISCONNECT: the broker publishes no Will
         assert state(ledger_dsn) == "stopped"
+        # The ledger's lines carry their time off journald, as the gateway's do (issue 38).
+        first = pipe.ledger_log.read_text().splitlines()[0]
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ agent\.ledger", first), first
     finally:
         pipe.stop()
         broker.kill()

@@ -96,11 +96,10 @@ def run_cmd(obj: LedgerContext, config_path: str) -> None:
     Exit 0 after SIGTERM, 74 the schema is newer than this program, 78 a configuration error
     (every problem, each with file:line).
     """
-    import logging
-
     from agent.ledger import config, service
+    from agent.service import logs
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.setup()  # as the gateway's: a timestamp on a terminal or in a file, none under journald
 
     async def go() -> None:
         cfg = config.load(config_path)
