@@ -3,7 +3,10 @@
 MQTT: a plain subscription to `status_topic` (default `+/status/+`, the gateways publish each
 record retained at QoS 1 on `<site>/status/<gateway>`): every ledger instance keeps the latest of
 each gateway; a record lost while the ledger was away is replaced by the next one (or the retained
-one on connect), so a clean session is right here. HTTP: a POST with the content type
+one on connect), so a clean session is right here. A record that arrives while PostgreSQL is away
+is held (the latest two of each gateway, in order: a record and its Will) and kept once it answers
+again (`StatusStore.hold`, `retry_held`), not dropped: a gateway that died meanwhile sends no
+next one. HTTP: a POST with the content type
 `application/vnd.edgeagent.status+json` to the HTTP intake (`handle_http`). Records go to
 `gateway_status` only, on a connection of their own: never into the event tables, never through
 the Writer that acknowledges events.
@@ -41,6 +44,32 @@ class StatusStore:
         self._conn: Any = None
         self._lock = asyncio.Lock()
         self.recorded = 0
+        self._held: dict[str, list[tuple[dict[str, Any], str]]] = {}  # gateway -> records not kept yet
+
+    def hold(self, status: dict[str, Any], via: str) -> None:
+        """Keep `status` for `retry_held` (PostgreSQL was away): the latest two of its gateway."""
+        held = self._held.setdefault(str(status["gateway"]), [])
+        held.append((status, via))
+        del held[:-2]
+
+    @property
+    def held(self) -> int:
+        return sum(len(v) for v in self._held.values())
+
+    async def retry_held(self) -> int:
+        """Keep what was held, in order per gateway; what fails again stays held (before what was
+        held meanwhile). Returns how many were kept; raises while PostgreSQL is still away."""
+        kept = 0
+        for gateway in list(self._held):
+            queue = self._held.pop(gateway)
+            for i, (status, via) in enumerate(queue):
+                try:
+                    await self.record(status, via)
+                except Exception:
+                    self._held[gateway] = (queue[i:] + self._held.get(gateway, []))[-2:]
+                    raise
+                kept += 1
+        return kept
 
     async def record(self, status: dict[str, Any], via: str) -> None:
         async with self._lock:
@@ -101,12 +130,13 @@ async def run_mqtt(settings: MqttIntake, topic: str, store: StatusStore, stop: a
                 failures = 0
                 receive = asyncio.ensure_future(_receive(client, store))
                 halt = asyncio.ensure_future(stop.wait())
+                retry = asyncio.ensure_future(_retry_held(store))
                 try:
                     await asyncio.wait([receive, halt], return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    for t in (receive, halt):
+                    for t in (receive, halt, retry):
                         t.cancel()
-                    await asyncio.gather(receive, halt, return_exceptions=True)
+                    await asyncio.gather(receive, halt, retry, return_exceptions=True)
                 if receive.done() and not receive.cancelled() and receive.exception() is not None:
                     raise receive.exception()  # type: ignore[misc]
         except (aiomqtt.MqttError, OSError) as exc:
@@ -125,7 +155,24 @@ async def _receive(client: aiomqtt.Client, store: StatusStore) -> None:
         except gateway_status.BadStatus as exc:
             log.warning("status record on %s ignored: %s", message.topic, exc)
             continue
+        if store.held:
+            store.hold(status, "mqtt")  # behind the ones held before it: kept in order
+            continue
         try:
             await store.record(status, "mqtt")
-        except Exception as exc:  # PostgreSQL away: the next record (or the retained one) comes again
-            log.warning("status record of %s not kept: %s", status["gateway"], exc)
+        except Exception as exc:  # PostgreSQL away: held, kept when it answers again
+            store.hold(status, "mqtt")
+            log.warning("status record of %s held, not kept yet: %s", status["gateway"], exc)
+
+
+async def _retry_held(store: StatusStore, every_s: float = 2.0) -> None:
+    """Keep the held records once PostgreSQL answers again."""
+    while True:
+        await asyncio.sleep(every_s)
+        if store.held:
+            try:
+                kept = await store.retry_held()
+            except Exception as exc:
+                log.debug("held status records not kept yet: %s", exc)
+            else:
+                log.info("status records held while PostgreSQL was away kept: %d", kept)
