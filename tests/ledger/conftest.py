@@ -115,3 +115,22 @@ async def ledger_conn(ledger_dsn: str) -> AsyncIterator[psycopg.AsyncConnection]
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def own_cluster(pg_cluster: pgcluster.Cluster) -> AsyncIterator[pgcluster.Cluster]:
+    """A throwaway cluster of the test's own (it may stop and start it), the ledger migrated in its
+    `postgres` database (`own_cluster.dsn()`)."""
+    from agent.ledger import migrations
+    from agent.ledger.connection import connect
+
+    own = pgcluster.create(pg_cluster.bindir, durable=False)
+    try:
+        conn = await connect(own.dsn())
+        try:
+            await migrations.migrate(conn)
+        finally:
+            await conn.close()
+        yield own
+    finally:
+        own.destroy()
