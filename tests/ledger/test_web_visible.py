@@ -31,3 +31,29 @@ async def test_a_gateway_name_with_bidi_controls_is_shown_escaped(ledger_dsn: st
     assert "\u202e" not in page and "\u202c" not in page and "\x1b" not in page
     assert "Pumpe \\u202eevil\\u202c\\x1b[31m" in page
     assert NAME in {g["gateway"] for g in exported[0]["fleet"]}, "the JSON export stays exact"
+
+
+async def test_a_status_from_the_future_is_heard_now_and_its_clock_flagged(ledger_dsn: str) -> None:
+    """Issue 36: a record stamped an hour ahead is clamped to when the ledger received it (never
+    heard in the future, which would keep a dead gateway 'alive' for an hour) and flagged."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.core.timestamps import format_timestamp
+
+    ahead = format_timestamp(datetime.now(UTC) + timedelta(hours=1))
+    conn = await connect(ledger_dsn)
+    try:
+        assert await gateway_status.record(conn, {"gateway": "gw-fast", "at": ahead}, "mqtt")
+    finally:
+        await conn.close()
+    client = TestClient(TestServer(make_app(Pool(ledger_dsn, size=1), Guard(None), silent_after=300)))
+    await client.start_server()
+    try:
+        page = await (await client.get("/")).text()
+        (doc,) = await (await client.get("/?format=json")).json()
+    finally:
+        await client.close()
+    (gw,) = [g for g in doc["fleet"] if g["gateway"] == "gw-fast"]
+    assert 3500 < gw["clock_ahead_s"] < 3700
+    assert 0 <= gw["silent_s"] < 60, "heard when received, not an hour from now"
+    assert "s ahead)" in page

@@ -54,9 +54,19 @@ def fleet_rows(rows: list[dict[str, Any]], silent_after: float) -> list[dict[str
                 # `offline`: the broker published the gateway's MQTT Will (its connection ended
                 # without a stop); `stopped`: its last record said so; `running` or None otherwise.
                 "state": status.get("state"),
+                # A record stamped later than the ledger received it: the gateway's clock runs
+                # ahead; the record is heard at its arrival, never in the future (clamped).
+                "clock_ahead_s": _ahead(r.get("clock_ahead_s")),
             }
         )
     return out
+
+
+CLOCK_AHEAD_S = 5.0  # beyond this a gateway's clock is said to run ahead of the ledger's
+
+
+def _ahead(seconds: Any) -> float | None:
+    return float(seconds) if seconds is not None and float(seconds) > CLOCK_AHEAD_S else None
 
 
 async def totals(conn: queries.Conn) -> tuple[dict[str, Any], set[str]]:
@@ -105,6 +115,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
         else:
             mark = tag("span", "ok", class_="ok")
         silence = "-" if g["silent_s"] is None else f"{g['silent_s']:.0f} s ago"
+        if g["clock_ahead_s"] is not None:
+            silence += f" (its clock {g['clock_ahead_s']:.0f} s ahead)"
         room = g["store_room_bytes"]
         rows.append(
             [

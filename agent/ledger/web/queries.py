@@ -79,7 +79,8 @@ FLEET: LiteralString = (
     " SELECT coalesce(s.gateway, last.gateway) AS gateway, last.last_arrival, s.agent_version,"
     " s.reported_at, least(s.reported_at, s.received_at) AS status_heard_at, s.via AS status_via, s.status,"
     " extract(epoch FROM now() - greatest(least(s.reported_at, s.received_at), last.last_arrival))"
-    " AS silent_s"
+    " AS silent_s,"
+    " extract(epoch FROM s.reported_at - s.received_at) AS clock_ahead_s"
     " FROM last FULL JOIN gateway_status s ON s.gateway = last.gateway ORDER BY 1"
 )
 
