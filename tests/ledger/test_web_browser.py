@@ -274,3 +274,28 @@ def test_a_mark_made_in_the_browser_is_listed_and_no_foreign_post_writes(
     stranger.close()
     ctx.close()
     assert dump(site) == before
+
+
+def test_a_bidirectional_override_is_shown_escaped_in_the_browser(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 36: `Pumpe U+202E evil U+202C` must not render as "Pumpe live"; the page shows the
+    controls as escapes, as the command line does."""
+    name = "Pumpe \u202eevil\u202c"
+
+    async def add() -> None:
+        from agent.ledger import gateway_status
+        from agent.ledger.connection import connect
+
+        conn = await connect(site["dsn"])
+        try:
+            await gateway_status.record(conn, {"gateway": name, "at": "2026-12-06T02:00:00.000Z"}, "mqtt")
+        finally:
+            await conn.close()
+
+    off_loop(add)
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.goto(site["url"])
+    text = page.inner_text("main")
+    ctx.close()
+    assert "Pumpe \\u202eevil\\u202c" in text
+    assert "\u202e" not in text and "\u202c" not in text
