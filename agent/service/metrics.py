@@ -20,6 +20,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from agent.core.contract import Decision
+
 log = logging.getLogger(__name__)
 
 
@@ -74,8 +76,9 @@ def _recording(snap: dict[str, Any]) -> Iterator[Metric]:
     decisions = CounterMetricFamily(
         "edge_agent_decisions", "Arrivals by decision since start", labels=["decision"]
     )
-    for decision, n in sorted(snap.get("decisions", {}).items()):
-        decisions.add_metric([decision], n)
+    counted = snap.get("decisions", {})
+    for decision in sorted({*(d.value for d in Decision), *counted}):  # every decision from 0 on
+        decisions.add_metric([decision], counted.get(decision, 0))
     yield decisions
     rec = snap.get("recorder", {})
     for name, key, text in (
