@@ -5,9 +5,10 @@ keeper, one task beside the upstream's forwarder, turns them into the store's st
 
 * a receipt for this store names outbox ids: those rows of this upstream become `delivered`
   (`Outbox.confirm`), whether they are `sent` or still `pending`;
-* a new connection: every `sent` row goes back to `pending` (the receipts meant for the
-  connection before it are gone with its clean session; after a restart the first connection
-  does this for the rows the last run left `sent`);
+* a new connection: every row `sent` before it goes back to `pending` (the receipts meant for
+  the connection before it are gone with its clean session; after a restart the first connection
+  does this for the rows the last run left `sent`); rows sent on the new connection wait for
+  their own receipts;
 * a `sent` row without a receipt after `receipt_timeout` goes back to `pending`. While no receipt
   comes at all (the ledger or its database is away) the wait doubles after each such round, up to
   `MAX_WAIT_S`, so a long outage does not fill the broker with copies; the first receipt brings
@@ -73,7 +74,7 @@ class ReceiptKeeper:
         self.rewind = rewind
         self.counts = ReceiptCounts(wait_s=timeout_s)
         self._bodies: list[bytes] = []
-        self._new_connection = False
+        self._new_connection: str | None = None  # when the newest connection was subscribed
         self._wake = asyncio.Event()
         self._heard_since_check = False
 
@@ -85,7 +86,7 @@ class ReceiptKeeper:
         self._wake.set()
 
     def on_connection(self) -> None:
-        self._new_connection = True
+        self._new_connection = self._now()
         self._wake.set()
 
     def on_wake(self) -> None:
@@ -116,7 +117,7 @@ class ReceiptKeeper:
 
     async def _take(self) -> None:
         bodies, self._bodies = self._bodies, []
-        new_connection, self._new_connection = self._new_connection, False
+        new_connection, self._new_connection = self._new_connection, None
         ids: list[int] = []
         for body in bodies:
             try:
@@ -141,8 +142,8 @@ class ReceiptKeeper:
                 )
             self.counts.wait_s = self.timeout_s
             self.counts.confirmed += await self.outbox.confirm(self.upstream, ids, self._now())
-        if new_connection:
-            back = await self.outbox.requeue_sent(self.upstream)
+        if new_connection is not None:
+            back = await self.outbox.requeue_sent(self.upstream, sent_before=new_connection)
             if back:
                 self.counts.resent += back
                 log.warning(

@@ -137,15 +137,19 @@ async def test_the_keeper_confirms_resends_overdue_rows_backs_off_and_resends_on
         await asyncio.sleep(0.7)
         assert keeper.counts.wait_s == expected
     assert keeper.counts.wait_s <= MAX_WAIT_S
-    # A receipt brings the wait back; a new connection sends every sent row again at once.
+    # A receipt brings the wait back; a new connection sends every row sent before it again at
+    # once, and a row sent on the new connection waits for its own receipt.
     await store.outbox.claim("ledger", 10)
-    await store.outbox.settle([(i, DELIVERED) for i in ids[2:]], keeper._now(), receipts=True)
+    await store.outbox.settle([(i, DELIVERED) for i in ids[2:5]], keeper._now(), receipts=True)
     keeper.on_receipt(encode_receipt(Receipt(store.store_id, ranges(ids[2:3]), "ledger-1")))
     await settled()
     assert keeper.counts.wait_s == 2.0
+    clock.now += timedelta(seconds=0.5)
     keeper.on_connection()
+    clock.now += timedelta(seconds=0.5)
+    await store.outbox.settle([(ids[5], DELIVERED)], keeper._now(), receipts=True)
     await settled()
-    assert [states(path)[i] for i in ids] == ["delivered"] * 3 + ["pending"] * 3
+    assert [states(path)[i] for i in ids] == ["delivered"] * 3 + ["pending"] * 2 + ["sent"]
     stop.set()
     keeper.on_wake()
     await asyncio.wait_for(task, 5)
