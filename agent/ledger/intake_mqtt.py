@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 GATHER_S = 0.05  # how long a batch waits for more messages after its first
 RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
+LEGACY_GROUP = "ledger"  # the group a ledger without `group` used to share
 RECEIVE_WINDOWS = 2  # Receive Maximum = this many batches: the next batch arrives while one commits
 
 
@@ -112,6 +113,11 @@ class MqttSubscriber:
             try:
                 async with client:
                     await client.subscribe(self.settings.subscription, qos=1)
+                    if self.settings.group is None:
+                        # Before 2026-12-06 a ledger without `group` subscribed `$share/ledger/...`; its
+                        # persistent session may still hold that subscription, which would deliver
+                        # every message twice (one arrival, by its key, but twice the work).
+                        await client.unsubscribe(f"$share/{LEGACY_GROUP}/{self.settings.topic}")
                     if self.settings.group is not None and failures == 0 and not self._warned:
                         self._warned = True
                         log.warning(

@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +345,46 @@ def test_kill_9_of_one_of_two_instances_on_a_shared_subscription_loses_nothing(
         f" (keys {n}) arrivals_at_kill={at_kill} arrivals_before_restart={while_away}"
         f" canonical={canon[0] - 1} arrivals={arrivals[0]} lost=0 duplicate_canonicals=0"
     )
+
+
+async def test_an_upgraded_ledger_drops_the_shared_subscription_its_session_kept(
+    broker: Broker, ledger_dsn: str
+) -> None:
+    """A ledger without `group` subscribed `$share/ledger/<topic>` before receipts; its persistent
+    session keeps that subscription over the upgrade. The new ledger subscribes plainly and drops the
+    old one: each message reaches it once, not once per subscription."""
+    from agent.ledger.config import MqttIntake
+    from agent.ledger.intake_mqtt import MqttSubscriber
+    from agent.ledger.writer import Writer
+
+    async def session(
+        group: str | None, until: Callable[[MqttSubscriber], bool], linger_s: float = 0.0
+    ) -> MqttSubscriber:
+        intake = MqttIntake("127.0.0.1", broker.port, "plant/events/#", group, "ledger-up")
+        sub = MqttSubscriber(intake, Writer(ledger_dsn))
+        stop = asyncio.Event()
+        task = asyncio.create_task(sub.run(stop))
+        try:
+            async with asyncio.timeout(60):
+                while not until(sub):
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(linger_s)  # a second copy of each message would have come by now
+        finally:
+            stop.set()
+            await task
+            await sub.writer.close()
+        return sub
+
+    await session("ledger", lambda s: s.connected)  # the old ledger: its session holds $share/ledger/...
+    n = 50
+    published = asyncio.Event()
+
+    def ready(s: MqttSubscriber) -> bool:
+        if s.connected and not published.is_set():
+            published.set()
+            asyncio.get_running_loop().create_task(publish(broker.port, bodies(n, "gw-a", 1)))
+        return s.committed_messages >= n
+
+    new = await session(None, ready, linger_s=1.5)
+    assert new.committed_messages == n, "each message once"
+    assert counts(ledger_dsn) == (n, n)
