@@ -100,7 +100,7 @@ class MqttUpstream(MqttClientSettings):
     backfill:      "none" (events recorded from now on) or "all" (everything stored).
     receipts:      true when the reader is `edge-agent ledger` (docs/upstream.md, "Receipts"): a
                    PUBACK only says the broker has the event, so a row stays `sent` until the
-                   ledger's receipt on `<site>/receipts/<gateway>` says it committed it, and is
+                   ledger's receipt on `receipts/<gateway>/<store id>` says it committed it, and is
                    sent again (same id, next attempt) when none comes within `receipt_timeout`,
                    when the connection was new, and after a restart. Off (the default): a PUBACK
                    is delivery, which is all an MQTT consumer that is not the ledger can give.

@@ -39,9 +39,6 @@ class Receipt:
     def ids(self) -> list[int]:
         return [i for lo, hi in self.ranges for i in range(lo, hi + 1)]
 
-    def count(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in self.ranges)
-
 
 def topic_level(name: str) -> str:
     """A name as one topic level: `+`, `#` and `/` never reach a topic."""

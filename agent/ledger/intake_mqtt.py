@@ -76,7 +76,6 @@ class MqttSubscriber:
         self.settings = settings
         self.writer = writer
         self.committed_messages = 0
-        self.receipts_sent = 0
         self.connected = False  # subscribed on a live connection
         self._settle = asyncio.Lock()  # held from a batch's commit to its last PUBACK
         self._warned = False
@@ -185,7 +184,6 @@ class MqttSubscriber:
         """One receipt per gateway store of the committed batch, handed to paho (QoS 1)."""
         for topic, body in receipts_for(((a.gateway, a.outbox) for a in arrivals), self.settings.client_id):
             client._client.publish(topic, body, 1)
-            self.receipts_sent += 1
 
     async def _commit(self, batch: list[Any], stop: asyncio.Event) -> list[Arrival] | None:
         """Commit the batch's arrivals (returned); while PostgreSQL is away, retry with backoff

@@ -41,7 +41,8 @@ MAX_QUEUED = 10_000  # receipts held before the store took them (each names a le
 
 @dataclass
 class ReceiptCounts:
-    """What the receipts of one upstream did in this run (status and metrics)."""
+    """What the receipts of one upstream did in this run (read by tests and bench/replay.py; the
+    operator's view is the store's: rows awaiting a receipt in `status`, `outbox`, the metrics)."""
 
     receipts: int = 0  # receipts taken for this store
     confirmed: int = 0  # rows they turned delivered

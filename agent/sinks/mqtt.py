@@ -185,8 +185,7 @@ class MqttSink:
     def will_status(self, gateway: str, body: bytes) -> None:
         """Connect with an MQTT Will: `body` retained at QoS 1 on the status topic, which the broker
         publishes when a connection ends without a DISCONNECT (a clean stop sends one: no Will)."""
-        topic = f"{status_level(self.site)}/status/{status_level(gateway)}"
-        self._will = aiomqtt.Will(topic, body, qos=1, retain=True)
+        self._will = aiomqtt.Will(self._status_topic(gateway), body, qos=1, retain=True)
 
     def listen_for_receipts(
         self, topic: str, on_receipt: Callable[[bytes], None], on_connection: Callable[[], None]
@@ -252,11 +251,15 @@ class MqttSink:
         client = self._client
         if client is None or not self.connected:
             return False
-        topic = f"{status_level(self.site)}/status/{status_level(gateway)}"
-        await asyncio.wait_for(client.publish(topic, body, qos=1, retain=True), self.settings.ack_timeout_s)
+        await asyncio.wait_for(
+            client.publish(self._status_topic(gateway), body, qos=1, retain=True), self.settings.ack_timeout_s
+        )
         return True
 
     # --- internals -------------------------------------------------------------
+
+    def _status_topic(self, gateway: str) -> str:
+        return f"{topic_level(self.site)}/status/{topic_level(gateway)}"
 
     def _where(self) -> str:
         return f'MQTT upstream "{self.name}" ({mask_url(self.settings.url)})'
@@ -360,6 +363,3 @@ class MqttSink:
             return
         with contextlib.suppress(aiomqtt.MqttError, OSError, TimeoutError):
             await asyncio.wait_for(client.__aexit__(None, None, None), 2.0)
-
-
-status_level = topic_level  # a name as one topic level: `+`, `#` and `/` never reach a topic

@@ -3,6 +3,8 @@ command line shows them, never raw (`Pumpe U+202E evil U+202C` would read "Pumpe
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp.test_utils import TestClient, TestServer
 
 from agent.ledger import gateway_status
@@ -14,23 +16,29 @@ from agent.ledger.web.security import Guard
 NAME = "Pumpe \u202eevil\u202c\x1b[31m"
 
 
-async def test_a_gateway_name_with_bidi_controls_is_shown_escaped(ledger_dsn: str) -> None:
-    conn = await connect(ledger_dsn)
+async def overview_of(dsn: str, status: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Keep `status` in gateway_status, then the overview page as HTML and as its JSON export."""
+    conn = await connect(dsn)
     try:
-        status = {"gateway": NAME, "at": "2026-12-06T02:00:00.000Z", "upstreams": {}, "devices": {}}
         assert await gateway_status.record(conn, status, "mqtt")
     finally:
         await conn.close()
-    client = TestClient(TestServer(make_app(Pool(ledger_dsn, size=1), Guard(None), silent_after=300)))
+    client = TestClient(TestServer(make_app(Pool(dsn, size=1), Guard(None), silent_after=300)))
     await client.start_server()
     try:
         page = await (await client.get("/")).text()
-        exported = await (await client.get("/?format=json")).json()
+        (doc,) = await (await client.get("/?format=json")).json()
     finally:
         await client.close()
+    return page, doc
+
+
+async def test_a_gateway_name_with_bidi_controls_is_shown_escaped(ledger_dsn: str) -> None:
+    status = {"gateway": NAME, "at": "2026-12-06T02:00:00.000Z", "upstreams": {}, "devices": {}}
+    page, doc = await overview_of(ledger_dsn, status)
     assert "\u202e" not in page and "\u202c" not in page and "\x1b" not in page
     assert "Pumpe \\u202eevil\\u202c\\x1b[31m" in page
-    assert NAME in {g["gateway"] for g in exported[0]["fleet"]}, "the JSON export stays exact"
+    assert NAME in {g["gateway"] for g in doc["fleet"]}, "the JSON export stays exact"
 
 
 async def test_a_status_from_the_future_is_heard_now_and_its_clock_flagged(ledger_dsn: str) -> None:
@@ -41,18 +49,7 @@ async def test_a_status_from_the_future_is_heard_now_and_its_clock_flagged(ledge
     from agent.core.timestamps import format_timestamp
 
     ahead = format_timestamp(datetime.now(UTC) + timedelta(hours=1))
-    conn = await connect(ledger_dsn)
-    try:
-        assert await gateway_status.record(conn, {"gateway": "gw-fast", "at": ahead}, "mqtt")
-    finally:
-        await conn.close()
-    client = TestClient(TestServer(make_app(Pool(ledger_dsn, size=1), Guard(None), silent_after=300)))
-    await client.start_server()
-    try:
-        page = await (await client.get("/")).text()
-        (doc,) = await (await client.get("/?format=json")).json()
-    finally:
-        await client.close()
+    page, doc = await overview_of(ledger_dsn, {"gateway": "gw-fast", "at": ahead})
     (gw,) = [g for g in doc["fleet"] if g["gateway"] == "gw-fast"]
     assert 3500 < gw["clock_ahead_s"] < 3700
     assert 0 <= gw["silent_s"] < 60, "heard when received, not an hour from now"
