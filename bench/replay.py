@@ -34,8 +34,10 @@ so they get them too.
 
 The HTTP receiver is `bench/sink_receiver.py` (a subprocess that reads each body and answers
 200 without parsing it), so the receiver is not the bottleneck of either side. Peak RSS of
-this process is sampled from /proc during each drain; `--agent-only` skips the baselines
-(for the memory check of a long drain).
+this process is sampled from /proc during each drain, and `written_kib_per_event` is what the
+agent's drain caused to be written to storage (`/proc/self/io` `write_bytes`: the settles, with
+receipts their confirms, and the store's close), per event, median of the rounds;
+`--agent-only` skips the baselines (for the memory check of a long drain).
 
     python bench/replay.py                       # 30,000 events, 3 rounds, both sinks
     python bench/replay.py --sinks http          # only the HTTP drain (no broker needed)
@@ -94,6 +96,7 @@ async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
     stop = asyncio.Event()
     start_rss = rss_mb()
     peak = start_rss
+    written = write_bytes()
     t0 = time.perf_counter()
     task = asyncio.create_task(fwd.run(stop), name=f"forwarder[{up.name}]")
     try:
@@ -109,7 +112,14 @@ async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
         await task
         await sink.close()
         await store.close()
-    return {"rate": total / elapsed, "rss_growth_mb": peak - start_rss}
+    written = write_bytes() - written  # the settles (and receipts' confirms), the close's checkpoint
+    return {"rate": total / elapsed, "rss_growth_mb": peak - start_rss, "write_kib": written / 1024 / total}
+
+
+def write_bytes() -> int:
+    """What this process has caused to be written to storage (`/proc/self/io`): flash wear."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("write_bytes:"))
 
 
 def same_events(total: int) -> list[Event]:
@@ -278,9 +288,17 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
                 work = Path(tmp) / f"{up.name}.db"
                 growth: list[float] = []
 
-                async def agent(up: Upstream = up, work: Path = work, growth: list[float] = growth) -> float:
+                written: list[float] = []
+
+                async def agent(
+                    up: Upstream = up,
+                    work: Path = work,
+                    growth: list[float] = growth,
+                    kib: list[float] = written,
+                ) -> float:
                     got = await agent_drain(copy_store(template, work), up, total)
                     growth.append(got["rss_growth_mb"])
+                    kib.append(got["write_kib"])
                     return got["rate"]
 
                 figures: dict[str, Any] = {"read_size": up.read_size, "batch_size": up.batch_size}
@@ -323,6 +341,7 @@ async def main(total: int, sinks: list[str], rounds: int, agent_only: bool) -> d
                     figures["bare_rounds_per_s"] = [round(x) for x in bare]
                 figures["agent_rounds_per_s"] = [round(x) for x in rates]
                 figures["rss_growth_mb"] = round(max(growth), 1)
+                figures["written_kib_per_event"] = round(median(written), 2)
                 result[up.name] = figures
     finally:
         for proc in (receiver, ledger, broker):
