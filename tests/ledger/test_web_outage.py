@@ -1,5 +1,5 @@
 """The review page while PostgreSQL is stopped (issue 38): every page answers 503 with Retry-After and
-a short page saying since when and that nothing is lost, one log line per outage instead of a
+a short page saying since when and that nothing is acknowledged meanwhile, one log line per outage instead of a
 traceback per request; once PostgreSQL is back the same pages answer 200."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def test_pages_answer_503_while_the_database_is_down_and_200_when_it_is_ba
                 assert resp.status == 503, (path, text[:500])
                 assert resp.headers["Retry-After"] == "5"
                 assert "The ledger's database is unreachable" in text and "Since " in text
-                assert "Nothing is lost" in text
+                assert "Nothing is acknowledged while it is away" in text
                 assert "Traceback" not in text
                 assert "Content-Security-Policy" in resp.headers  # the page's own headers still apply
             assert [r.levelname for r in caplog.records] == ["ERROR"], "one line per outage"

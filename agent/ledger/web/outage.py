@@ -2,9 +2,9 @@
 
 A page handler that meets an unavailable database (`agent.ledger.failover.unavailable`, or the
 connection's `LedgerUnavailable`) answers `503 Service Unavailable` with `Retry-After` and a page
-saying since when the database is unreachable and that nothing is lost: the intakes withhold
-their acknowledgements (MQTT PUBACK, HTTP 2xx) until their transaction commits, so the gateways
-and the broker keep every event. The outage is logged once when it starts and once when it ends.
+saying since when the database is unreachable and that nothing is acknowledged meanwhile: the
+intakes withhold their acknowledgements (MQTT PUBACK, HTTP 2xx) until their transaction commits,
+so the gateways keep their events (and the broker what its queue limit allows). The outage is logged once when it starts and once when it ends.
 `/metrics` is not served here and answers as before.
 """
 
@@ -37,9 +37,10 @@ def _page(since: float, reason: str) -> str:
         '<link rel=stylesheet href="/static/style.css"></head><body><main>'
         "<h1>The ledger's database is unreachable</h1>"
         f"<p>Since {at} ({ago} s ago). This page tries again every {RETRY_AFTER_S} s.</p>"
-        "<p>Nothing is lost: the intakes acknowledge an event only after PostgreSQL committed it, so "
-        "while it is away the broker and the gateways' outboxes keep every event, and they arrive "
-        "once it is back.</p>"
+        "<p>Nothing is acknowledged while it is away: the intakes acknowledge an event only after "
+        "PostgreSQL committed it. The gateways keep every event in their outboxes (with receipts on, "
+        "until this ledger confirms it) and the broker holds what it took, as far as its queue limit "
+        "allows (docs/ledger-setup.md); they arrive once the database is back.</p>"
         f"<p>Last error: <code>{html.escape(reason)}</code></p>"
         "</main></body></html>\n"
     )
