@@ -4,7 +4,8 @@ A page handler that meets an unavailable database (`agent.ledger.failover.unavai
 connection's `LedgerUnavailable`) answers `503 Service Unavailable` with `Retry-After` and a page
 saying since when the database is unreachable and that nothing is acknowledged meanwhile: the
 intakes withhold their acknowledgements (MQTT PUBACK, HTTP 2xx) until their transaction commits,
-so the gateways keep their events (and the broker what its queue limit allows). The outage is logged once when it starts and once when it ends.
+so the gateways keep their events (and the broker what its queue limit allows). The outage is
+logged once when it starts and once when it ends.
 `/metrics` is not served here and answers as before.
 """
 
