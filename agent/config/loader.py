@@ -48,6 +48,7 @@ from agent.config.sources import (
 )
 from agent.config.sparkplug import AnyUpstream, SparkplugUpstream, sparkplug_node_problems
 from agent.config.store_size import DEFAULT_RESERVE, quota_problem
+from agent.config.store_wear import DEFAULT_COMMIT_INTERVAL, commit_interval_problem, parse_write_budget
 from agent.config.units import parse_duration, parse_size
 from agent.config.upstreams import Backoff, HttpUpstream, MqttUpstream
 from agent.config.yaml_lines import (
@@ -100,6 +101,8 @@ class StoreConfig:
     max_size: int | None = None
     retention: RetentionSettings | None = None  # None: no `retention:` section, nothing is pruned
     reserve: int = DEFAULT_RESERVE  # bytes kept free for shutdown, alarms and delivered-marks
+    commit_interval: float = DEFAULT_COMMIT_INTERVAL  # seconds: the recorder commits at most this often
+    write_budget: float | None = None  # bytes per second the process may write to storage (status, alert)
 
 
 @dataclass(frozen=True)
@@ -222,9 +225,13 @@ def _store(s: _Section) -> StoreConfig:
     reserve = s.get("reserve", parse_size, DEFAULT_RESERVE)
     if (why := quota_problem(max_size, reserve)) is not None:
         s.problem("max_size", why)
+    interval = s.get("commit_interval", parse_duration, DEFAULT_COMMIT_INTERVAL)
+    if (why := commit_interval_problem(interval)) is not None:
+        s.problem("commit_interval", why)
+    budget = s.get("write_budget", parse_write_budget, None)
     retention = read_retention(s.sub("retention")) if s.has("retention") else None
     s.finish()
-    return StoreConfig(path, sync, max_size, retention, reserve)
+    return StoreConfig(path, sync, max_size, retention, reserve, interval, budget)
 
 
 def _metrics(s: _Section) -> Metrics:

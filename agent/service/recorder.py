@@ -5,13 +5,15 @@ Sources ``submit`` observations into a bounded queue; one task takes whatever is
 (up to ``max_batch`` deliveries) and records it in one ``Store.record`` call, so throughput
 comes from batching, not from weaker durability, and at most one transaction is in flight.
 While a commit runs, new observations queue up and form the next batch by themselves. Commits
-begin at least ``min_interval_s`` (50 ms) apart: an observation that arrives when the last
-commit began longer ago than that is committed at once, one that arrives sooner waits for the
-rest of the interval with whatever else arrives meanwhile. A commit (an fsync and a few
+begin at least ``min_interval_s`` apart (`store.commit_interval`, default 50 ms): an observation
+that arrives when the last commit began longer ago than that is committed at once, one that
+arrives sooner waits for the rest of the interval with whatever else arrives meanwhile, unless
+a whole batch (``max_batch``) is queued first. A commit (an fsync and a few
 statements) takes 0.3-1 ms of CPU whatever its size, as much as several polls, so 200
 controllers that each change now and then make at most 20 commits a second instead of one
-per transition; the price is at most 50 ms more before a transition is committed. Shutdown
-never waits for the interval.
+per transition; the price is at most one interval more before a transition is committed. Every
+commit writes whole pages to the flash, so a longer interval writes fewer bytes per event
+(docs/operations.md, "Flash"). Shutdown never waits for the interval.
 
 Boot ids read from a controller (``BootSighting``) go into the same transaction as the batch;
 the store takes them before the boots that deliveries carry, so a BootObserved record keeps
@@ -104,6 +106,7 @@ class Recorder:
         self.store_problem: str | None = None
         self.room = room
         self._queued = 0  # observations in the queue
+        self._full = asyncio.Event()  # set when a whole batch is queued
         self._queue: asyncio.Queue[Observations] = asyncio.Queue(queue_size)
         self._held: list[Observations] | None = None  # a batch whose commit failed unexpectedly
 
@@ -116,6 +119,8 @@ class Recorder:
             self.stats.lost += _count(obs)
             raise
         self._queued += _count(obs)
+        if self._queued >= self.max_batch:
+            self._full.set()  # a full batch does not wait for the rest of the commit interval
 
     def uncommitted(self) -> int:
         """Observations accepted and not committed: the queue and the batch in hand."""
@@ -149,10 +154,16 @@ class Recorder:
             stopping.cancel()
 
     async def _pause(self, stop: asyncio.Event, stopping: asyncio.Future[Any]) -> None:
-        """Until `min_interval_s` after the last commit began (observations queue meanwhile), or stop."""
+        """Until `min_interval_s` after the last commit began (observations queue meanwhile), a
+        whole batch is queued, or stop."""
         wait = self._last_began + self.min_interval_s - time.monotonic()
-        if wait > 0 and not stop.is_set():
-            await asyncio.wait((stopping,), timeout=wait)
+        if wait > 0 and not stop.is_set() and self._queued < self.max_batch:
+            self._full.clear()
+            full = asyncio.ensure_future(self._full.wait())
+            try:
+                await asyncio.wait((stopping, full), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                full.cancel()
 
     async def _first(self, stop: asyncio.Event, stopping: asyncio.Future[Any]) -> Observations | None:
         """The next queued observations, waiting for them; None when woken by ``stop``."""

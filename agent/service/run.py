@@ -42,7 +42,7 @@ from typing import Any
 from agent.config.loader import Config
 from agent.config.retention import RetentionSettings
 from agent.core.decide import Outcome
-from agent.core.errors import StoreCorrupt
+from agent.core.errors import StoreCorrupt, StoreError
 from agent.core.live import ServiceLive
 from agent.core.timestamps import format_timestamp
 from agent.core.tracker import Resume
@@ -57,6 +57,7 @@ from agent.service.status import StatusWriter
 from agent.service.supervisor import FATAL_STORE_EXIT, Fatal, Supervisor
 from agent.service.upstream_tasks import UpstreamTask, build_upstream_tasks
 from agent.sources.pollers import run_pollers
+from agent.store import live_file
 from agent.store.prune import run_retention
 from agent.store.reader import Reader
 from agent.store.replace import finish_interrupted, replace_damaged
@@ -235,6 +236,7 @@ class Service:
         return 0 if rec is None else rec.stats.lost + rec.uncommitted()
 
     async def _run(self, store: Store, stop: asyncio.Event) -> StopSequence:
+        await self._place_live_state(store)
         running = self._prepare(store)
         async with asyncio.TaskGroup() as tg:
             self._start_tasks(tg, running)
@@ -243,6 +245,20 @@ class Service:
             stopping = await self._stop(running)
         await _close_sinks(running.forwarders, stopping)
         return stopping
+
+    async def _place_live_state(self, store: Store) -> None:
+        """The live state in a file in memory when there is a place for it (no flash writes every
+        2 s, `agent.store.live_file`), else in the store; said once."""
+        path = live_file.choose(store.store_id)
+        try:
+            await store.use_live_file(path)
+        except StoreError as exc:  # a full store: the recorder says so loudly; status stays in the store
+            log.warning("live state stays in the store: %s", exc)
+            return
+        if path is None:
+            log.info("live state kept in the store (no runtime directory in memory: RUNTIME_DIRECTORY unset)")
+        else:
+            log.info("live state for `status` in %s (in memory)", path)
 
     def _prepare(self, store: Store) -> _Running:
         """Forwarders, the recorder that wakes them, and the metrics endpoint when configured."""
@@ -260,7 +276,12 @@ class Service:
 
             self.status.collector = metrics.SnapshotCollector()
             metrics.serve(cfg.metrics.listen, self.status.collector)
-        self._recorder = Recorder(store, on_commit=committed, room=StoreRoom(store, self.reserve))
+        self._recorder = Recorder(
+            store,
+            on_commit=committed,
+            room=StoreRoom(store, self.reserve),
+            min_interval_s=cfg.store.commit_interval,
+        )
         return _Running(store, self._recorder, forwarders)
 
     def _start_tasks(self, tg: asyncio.TaskGroup, r: _Running) -> None:

@@ -6,6 +6,8 @@ pollers need at start. Opened with `mode=ro`: it never creates, migrates, writes
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import AsyncGenerator, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -15,7 +17,7 @@ import aiosqlite
 
 from agent.config.retention import RetentionSettings
 from agent.core.tracker import Resume
-from agent.store import budget, positions, report, review
+from agent.store import budget, live_file, positions, report, review
 from agent.store.connection import open_reader
 from agent.store.outbox_counts import UpstreamCounts, upstream_counts
 from agent.store.prune_plan import StagePlan, plan_on
@@ -75,7 +77,19 @@ class Reader:
     # --- the running service and the outbox ------------------------------------------
 
     async def live_state(self, name: str) -> tuple[str, str] | None:
-        """(updated_at, state JSON) of `name`, or None when no service has written it."""
+        """(updated_at, state JSON) of `name`, or None when no service has written it: from the
+        file in memory the store names (`agent.store.live_file`), else from the store."""
+        if name == "service":
+            try:
+                named = list(
+                    await self._db.execute_fetchall(
+                        "SELECT value FROM store_meta WHERE name = ?", (live_file.META_KEY,)
+                    )
+                )
+            except sqlite3.OperationalError:  # a store older than store_meta
+                named = []
+            if named:
+                return await asyncio.to_thread(live_file.read, str(named[0][0]))
         found = list(
             await self._db.execute_fetchall(
                 "SELECT updated_at, state FROM live_state WHERE name = ?", (name,)

@@ -32,6 +32,7 @@ statement: each trip is a queue put, a future and a wake-up of the event loop).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,7 @@ from agent.core.alarms import AlarmMemory
 from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.core.errors import StoreError
 from agent.core.snapshot import Positions
+from agent.store import live_file
 from agent.store.alarm_memory import alarm_memory
 from agent.store.batch import record_batch
 from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
@@ -80,6 +82,7 @@ class Store:
         self._upstreams: list[str] = []
         self.outbox = Outbox(self._writer)
         self.store_id = ""  # the UUID made with the store (contract section 4); set by `open`
+        self._live_file: Path | None = None  # where the live state goes instead of the store
         self._tally = True  # the schema has the event tally (a store opened at an older version has not)
 
     @classmethod
@@ -157,8 +160,30 @@ class Store:
 
     # --- live state of a running service ----------------------------------------------
 
+    async def use_live_file(self, path: Path | None) -> None:
+        """Keep the live state in `path` (a file in memory, `agent.store.live_file`) from now on,
+        named in the store for `status`; None: in the store's `live_state` table. Once, at start."""
+        async with self._lock, self._transaction():
+            if path is None:
+                await self.db.execute("DELETE FROM store_meta WHERE name = ?", (live_file.META_KEY,))
+            else:
+                await self.db.execute(
+                    "INSERT INTO store_meta(name, value) VALUES (?, ?)"
+                    " ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                    (live_file.META_KEY, str(path)),
+                )
+                await self.db.execute("DELETE FROM live_state")  # no stale row beside the file
+        self._live_file = path
+
     async def write_live_state(self, name: str, now: str, state_json: str) -> None:
-        """Replace the live state record `name` (written by the service every few seconds)."""
+        """Replace the live state record `name` (written by the service every few seconds): in its
+        file in memory when there is one (no flash write), else in the store."""
+        if self._live_file is not None and name == "service":
+            try:
+                await asyncio.to_thread(live_file.write, self._live_file, now, state_json)
+                return
+            except OSError as exc:
+                raise StoreError(f"live state file {self._live_file}: {exc}") from exc
         async with self._lock, self._transaction():
             await self.db.execute(
                 "INSERT INTO live_state(name, updated_at, state) VALUES (?,?,?)"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from agent.store import live_file
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
 
@@ -36,8 +37,16 @@ def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def polls(db: Path) -> int:
-    """Polls the running agent reported in its live state (written every status interval)."""
-    found = rows(db, "SELECT state FROM live_state WHERE name = 'service'") if db.exists() else []
+    """Polls the running agent reported in its live state (written every status interval, in the
+    file in memory the store names, or in the store)."""
+    if not db.exists():
+        return 0
+    named = rows(db, "SELECT value FROM store_meta WHERE name = 'live_file'")
+    if named:
+        got = live_file.read(str(named[0][0]))
+        found = [(got[1],)] if got is not None else []
+    else:
+        found = rows(db, "SELECT state FROM live_state WHERE name = 'service'")
     if not found:
         return 0
     return sum(int(c["polls"]) for c in json.loads(found[0][0])["connections"])

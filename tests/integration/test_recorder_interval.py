@@ -65,3 +65,34 @@ async def test_commits_begin_an_interval_apart_and_a_stop_does_not_wait(tmp_path
         stop.set()
         await task
         await store.close()
+
+
+async def test_a_whole_batch_is_committed_without_waiting_for_the_interval(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    batches: list[list[str | None]] = []
+
+    def committed(batch: Sequence[Observations], _outcomes: Sequence[Outcome]) -> None:
+        batches.append([d.transition_id for o in batch for d in o.deliveries])
+
+    recorder = Recorder(store, on_commit=committed, min_interval_s=60.0, max_batch=3)
+    stop = asyncio.Event()
+    task = asyncio.create_task(recorder.run(stop))
+    try:
+        await recorder.submit(observed(1))
+        async with asyncio.timeout(10):
+            while not batches:
+                await asyncio.sleep(0.01)
+        await recorder.submit(observed(2))
+        await recorder.submit(observed(3))
+        await asyncio.sleep(0.3)
+        assert batches == [["1"]]  # two of three: waits for the interval
+        await recorder.submit(observed(4))  # the third: a whole batch, committed at once
+        async with asyncio.timeout(10):  # far less than the interval
+            while len(batches) < 2:
+                await asyncio.sleep(0.01)
+        assert batches == [["1"], ["2", "3", "4"]]
+        assert not stop.is_set()
+    finally:
+        stop.set()
+        await task
+        await store.close()
