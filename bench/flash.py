@@ -195,7 +195,7 @@ def main() -> None:
     p.add_argument("--plcs", type=int, default=10)
     p.add_argument("--rate", type=float, default=40.0, help="random transitions per second over all PLCs")
     p.add_argument("--poll", default="100ms")
-    p.add_argument("--intervals", nargs="+", default=["50ms", "250ms", "1s"])
+    p.add_argument("--intervals", nargs="*", default=["50ms", "250ms", "1s"])
     p.add_argument("--seconds", type=float, default=30.0, help="measured window per round")
     p.add_argument("--warm-up", type=float, default=8.0)
     p.add_argument("--rounds", type=int, default=3)

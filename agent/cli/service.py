@@ -23,6 +23,7 @@ from agent.cli.liveness import NOT_RESPONDING, RUNNING, STOPPED, liveness
 from agent.config.access import unreadable_now
 from agent.config.loader import Config, load
 from agent.config.retention import RetentionSettings
+from agent.core import wear
 from agent.core.errors import ConfigError, StoreError
 from agent.core.timestamps import format_timestamp, parse_timestamp
 from agent.core.wording import days_ahead
@@ -219,6 +220,7 @@ _KNOWN_LIVE = {
     "store_problem",
     "updated_at",
     "age_s",
+    "storage",
 }
 
 
@@ -252,6 +254,8 @@ def _service_lines(status: dict[str, Any]) -> list[str]:
     if rec.get("store_problem"):
         out += render.wrapped("STORE CANNOT BE WRITTEN", rec["store_problem"])
     out += _failing_lines(svc)
+    if svc.get("storage"):
+        out.append(wear.storage_line(svc["storage"]))
     for key in sorted(set(svc) - _KNOWN_LIVE - _FAILING_KEYS):
         if svc[key] not in (None, {}, []):
             out += render.wrapped(key.replace("_", " "), render.cell(svc[key]))

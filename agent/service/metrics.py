@@ -39,6 +39,7 @@ class SnapshotCollector(Collector):
         yield from _sparkplug(snap)
         yield from _tasks(snap)
         yield from _salvage(snap)
+        yield from _storage(snap)
         yield GaugeMetricFamily(
             "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
         )
@@ -87,6 +88,28 @@ def _recording(snap: dict[str, Any]) -> Iterator[Metric]:
         ("edge_agent_store_write_failures", "store_errors", "Failed store commits (disk or quota full)"),
     ):
         yield CounterMetricFamily(name, text, value=rec.get(key, 0))
+
+
+def _storage(snap: dict[str, Any]) -> Iterator[Metric]:
+    """What the process wrote to storage (flash wear), its commits, and the budget when set."""
+    figures = snap.get("storage") or {}
+    if figures.get("written_bytes") is not None:
+        yield CounterMetricFamily(
+            "edge_agent_storage_written_bytes",
+            "Bytes this process caused to be written to storage (/proc/self/io write_bytes)",
+            value=figures["written_bytes"],
+        )
+    yield CounterMetricFamily(
+        "edge_agent_store_commits",
+        "Write transactions committed to the store",
+        value=figures.get("commits", 0),
+    )
+    if figures.get("budget_bytes_per_s") is not None:
+        yield GaugeMetricFamily(
+            "edge_agent_write_budget_bytes_per_second",
+            "store.write_budget: the bytes per second the process may write to storage",
+            value=figures["budget_bytes_per_s"],
+        )
 
 
 def _salvage(snap: dict[str, Any]) -> Iterator[Metric]:

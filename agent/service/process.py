@@ -75,3 +75,16 @@ def alive(pid: int, recorded: dict[str, Any] | None) -> bool | None:
     if then is not None and now is not None:
         return bool(then == now)
     return True
+
+
+def written_bytes() -> int | None:
+    """What this process caused to be written to storage so far (`write_bytes` of /proc/self/io),
+    or None where that is not kept (not Linux, or no task I/O accounting)."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None

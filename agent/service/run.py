@@ -185,6 +185,7 @@ class Service:
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
         self.status = StatusWriter(self.live, self.now, status_interval_s)
         self.status.max_size, self.status.status_every_s = cfg.store.max_size, cfg.status_every
+        self.status.write_budget = cfg.store.write_budget
         self.status.identity = (cfg.site, cfg.gateway) if cfg.upstreams else None
         self.ready = asyncio.Event()
         self.supervisor = Supervisor(Fatal(asyncio.Event()), tasks=self.live.tasks)

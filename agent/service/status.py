@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from agent.core import wear
 from agent.core.decide import Outcome
 from agent.core.errors import StoreError
 from agent.core.live import ServiceLive
@@ -49,6 +50,8 @@ class StatusWriter:
         self._status_at = -1e18
         self.process = process.mark()  # which process this is, so `status` knows when it is gone
         self.session = now()  # this process's status records and its MQTT Will name it
+        self.write_budget: float | None = None  # store.write_budget, bytes per second
+        self._writes = wear.WriteSamples()
 
     def count(self, outcomes: Sequence[Outcome]) -> None:
         """Count the decisions of one committed batch (arrivals by kind, for metrics)."""
@@ -90,7 +93,11 @@ class StatusWriter:
             "backlog": recorder.backlog,
             "store_problem": recorder.store_problem,
         }
-        snapshot = {**self.live.snapshot(), "process": self.process}
+        written = process.written_bytes()
+        if written is not None:
+            self._writes.add(time.monotonic(), written)
+        storage = wear.storage(written, store.commits, self._writes.rate(), self.write_budget)
+        snapshot = {**self.live.snapshot(), "process": self.process, "storage": storage}
         try:
             await store.write_live_state("service", self.now(), json.dumps(snapshot))
         except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly

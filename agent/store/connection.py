@@ -234,9 +234,10 @@ class WriteTransaction:
     sqlite3 errors leave as StoreErrors. The caller holds the store's lock around it.
     """
 
-    def __init__(self, db: aiosqlite.Connection, path: str) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: str, counts: list[int] | None = None) -> None:
         self.db = db
         self.path = path
+        self._counts = counts  # [commits]: one added per COMMIT that succeeded
 
     async def __aenter__(self) -> None:
         try:
@@ -248,6 +249,8 @@ class WriteTransaction:
         if et is None:
             try:
                 await self.db.commit()
+                if self._counts is not None:
+                    self._counts[0] += 1
                 return
             except sqlite3.Error as err:
                 await rollback_quietly(self.db)
@@ -315,9 +318,16 @@ class WriterConnection:
         self.db = db
         self.path = path
         self.lock = asyncio.Lock()
+        self._counts = [0]
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed on this connection since it was opened (each writes its
+        pages to the WAL: what the flash pays per commit, docs/performance.md "Flash")."""
+        return self._counts[0]
 
     def transaction(self) -> WriteTransaction:
-        return WriteTransaction(self.db, self.path)
+        return WriteTransaction(self.db, self.path, self._counts)
 
     async def transact(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """BEGIN IMMEDIATE, `fn(connection)`, COMMIT (ROLLBACK on error), all of it in one trip to
@@ -326,4 +336,6 @@ class WriterConnection:
         Hold `lock` around it. When the awaiting task is cancelled, the transaction still runs
         to its end on the thread (committed or rolled back), as a COMMIT already queued would:
         cancelled means "not known to be recorded", never "known not recorded"."""
-        return await on_thread(self.db, lambda conn: _transact(conn, self.path, fn))
+        result = await on_thread(self.db, lambda conn: _transact(conn, self.path, fn))
+        self._counts[0] += 1
+        return result

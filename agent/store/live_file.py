@@ -57,7 +57,9 @@ def candidates(env: dict[str, str] | None = None) -> list[Path]:
     return out
 
 
-def choose(store_id: str, env: dict[str, str] | None = None, mounts: str = "/proc/self/mounts") -> Path | None:
+def choose(
+    store_id: str, env: dict[str, str] | None = None, mounts: str = "/proc/self/mounts"
+) -> Path | None:
     """The live-state file of the store `store_id`, in the first usable in-memory directory."""
     for d in candidates(env):
         if d.parent.is_dir() and filesystem_of(d.parent, mounts) in MEMORY_FS:

@@ -160,6 +160,11 @@ class Store:
 
     # --- live state of a running service ----------------------------------------------
 
+    @property
+    def commits(self) -> int:
+        """Write transactions committed since the store was opened."""
+        return self._writer.commits
+
     async def use_live_file(self, path: Path | None) -> None:
         """Keep the live state in `path` (a file in memory, `agent.store.live_file`) from now on,
         named in the store for `status`; None: in the store's `live_state` table. Once, at start."""

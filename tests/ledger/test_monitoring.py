@@ -108,7 +108,7 @@ async def test_every_named_metric_is_exported_and_the_status_record_reaches_the_
                 "site": "plant",
                 "gateway": "gw-mon",
                 "status_every": "500ms",
-                "store": {"path": str(tmp_path / "g.db")},
+                "store": {"path": str(tmp_path / "g.db"), "write_budget": "20GB/day"},
                 "metrics": {"listen": f"127.0.0.1:{gw_port}"},
                 "upstreams": [{"name": "ledger", "mqtt": {"url": f"mqtt://127.0.0.1:{broker.port}"}}],
                 "devices": plant.device_configs(),
