@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIN_SQLITE = (3, 37, 0)  # STRICT tables
+# The page size of a new store. A store made with another keeps it (changing it needs a VACUUM
+# outside WAL mode, a second copy of the file); measured in docs/performance.md, "Flash".
+PAGE_SIZE = 1024
+WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024  # SQLite's default of 1,000 pages of 4 KiB, in bytes
 
 
 class StoreMissing(StoreError):
@@ -148,15 +152,23 @@ async def _configure(
 ) -> None:
     try:
         if await scalar(db, "PRAGMA page_count") == 0:
-            # Must precede the first table: lets retention give pages back without a full VACUUM.
+            # Both must precede the first table. Small pages: every page a commit touches is one
+            # WAL frame and one checkpoint write, so a commit of a few small rows into eight
+            # b-trees writes a quarter of what 4 KiB pages cost (docs/performance.md, "Flash").
+            await db.execute(f"PRAGMA page_size={PAGE_SIZE}")
+            # Lets retention give pages back without a full VACUUM.
             await db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         mode = await _switch_to_wal(db, busy_timeout_s)
         if str(mode).lower() != "wal":
             raise StoreError(f"Store {path}: cannot switch to WAL mode (got {mode})")
         await db.execute(f"PRAGMA synchronous={synchronous}")
+        # A checkpoint once the WAL holds WAL_CHECKPOINT_BYTES, whatever the page size (SQLite's
+        # default is 1,000 pages: 4 MB of 4 KiB pages, a quarter of that of 1 KiB ones, which
+        # would write the same hot pages back four times as often).
+        page = int(await scalar(db, "PRAGMA page_size"))
+        await db.execute(f"PRAGMA wal_autocheckpoint={max(1, WAL_CHECKPOINT_BYTES // page)}")
         await db.execute("PRAGMA foreign_keys=ON")
         if max_bytes is not None:
-            page = int(await scalar(db, "PRAGMA page_size"))
             await db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
     except sqlite3.Error as exc:
         raise map_sqlite_error(exc, path) from exc

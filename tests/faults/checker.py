@@ -75,6 +75,8 @@ def integrity(db: Path) -> str:
     con = connect_ro(db)
     try:
         return "; ".join(str(r[0]) for r in con.execute("PRAGMA integrity_check").fetchall())
+    except sqlite3.DatabaseError as exc:  # damaged beyond what integrity_check can walk
+        return f"integrity_check failed: {exc}"
     finally:
         con.close()
 
