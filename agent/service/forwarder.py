@@ -141,6 +141,9 @@ class Forwarder:
         """Forward until `stop` is set, then drain for at most `drain_s` seconds and return."""
         name = self.upstream.name
         self._replay_until = await self.outbox.last_pending_id(name)
+        # From now on the record transaction commits the first attempt of this upstream's new rows
+        # (agent.store.outbox `reserving`): a live batch needs no claim transaction.
+        self.outbox.reserving.add(name)
         log.info("forwarder started upstream=%s backlog_until=%d", name, self._replay_until)
         self.started.set()
         keeper = None
@@ -156,6 +159,7 @@ class Forwarder:
                 await asyncio.wait({keeper}, timeout=5.0)
                 keeper.cancel()
                 await asyncio.gather(keeper, return_exceptions=True)
+            self.outbox.reserving.discard(name)
         log.info("forwarder stopped upstream=%s", name)
 
     async def _forward(self, stop: asyncio.Event, drain_s: float) -> None:

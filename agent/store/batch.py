@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -46,8 +46,14 @@ def record_batch(
     anomalies: Sequence[Anomaly],
     now: str,
     upstreams: Sequence[str],
+    *,
+    reserving: Collection[str] = (),
+    reserved: dict[str, int] | None = None,
 ) -> list[decide.Outcome]:
-    """Decide and write one batch; returns one Outcome per item, in order."""
+    """Decide and write one batch; returns one Outcome per item, in order. The new outbox rows of
+    the upstreams in `reserving` are written with their first attempt counted (`attempts = 1`:
+    their forwarder hands them out without a transaction of its own); the first such row's id per
+    upstream goes into `reserved`."""
     marks = read_marks(db)
     arrival_ids = [marks.last_arrival_id + 1 + i for i in range(len(items))]
     firsts = first_deliveries(items)
@@ -77,7 +83,9 @@ def record_batch(
         refs += [("boot_observed", b) for b in boot_rows]
         refs += anomaly_refs
         refs += [("identity_incomplete", a) for a in pending]
-        queue_outbox(db, upstreams, refs, now)
+        first_reserved = queue_outbox(db, upstreams, refs, now, reserving)
+        if reserved is not None:
+            reserved.update(first_reserved)
     return outcomes
 
 
@@ -102,10 +110,29 @@ def batch_boots(
 
 
 def queue_outbox(
-    db: sqlite3.Connection, upstreams: Sequence[str], refs: list[tuple[str, int]], now: str
-) -> None:
-    """One outbox row per new record and upstream."""
-    db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
+    db: sqlite3.Connection,
+    upstreams: Sequence[str],
+    refs: list[tuple[str, int]],
+    now: str,
+    reserving: Collection[str] = (),
+) -> dict[str, int]:
+    """One outbox row per new record and upstream; those of the `reserving` upstreams with their
+    first attempt counted. Returns the first new row's id per reserving upstream."""
+    if not refs:
+        return {}
+    if not reserving:
+        db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
+        return {}
+    before = db.execute("SELECT coalesce(max(outbox_id), 0) FROM outbox").fetchone()[0]
+    db.executemany(
+        rows.INSERT_OUTBOX_ATTEMPTS,
+        [(up, kind, ref, now, int(up in reserving)) for kind, ref in refs for up in upstreams],
+    )
+    found = db.execute(
+        "SELECT upstream, min(outbox_id) FROM outbox WHERE outbox_id > ? AND attempts = 1 GROUP BY upstream",
+        (before,),
+    ).fetchall()
+    return {str(r[0]): int(r[1]) for r in found if r[0] in reserving}
 
 
 def read_marks(db: sqlite3.Connection) -> Marks:

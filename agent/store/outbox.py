@@ -62,10 +62,12 @@ _CONFIRMED = (
     "UPDATE outbox SET state = 'delivered', sent_at = coalesce(sent_at, ?)"
     " WHERE upstream = ? AND outbox_id IN (SELECT value FROM json_each(?)) AND state IN ('pending', 'sent')"
 )
-_ATTEMPTS_RANGE = (
+_ATTEMPTS_RANGE = (  # the rows whose first attempt the record transaction reserved are left out
     "UPDATE outbox SET attempts = attempts + 1"
     " WHERE upstream = ? AND state = 'pending' AND outbox_id BETWEEN ? AND ?"
+    " AND NOT (outbox_id >= ? AND attempts = 1)"
 )
+NONE_RESERVED = 1 << 62  # an outbox id no row reaches: nothing reserved
 
 MAX_ERROR_CHARS = 500
 
@@ -90,6 +92,42 @@ class Outbox:
 
     def __init__(self, store: WriterConnection) -> None:
         self.store = store
+        # Upstreams whose forwarder runs in this process: the record transaction commits the
+        # first attempt of their new rows (`attempts = 1`) with the rows, so handing those rows to
+        # the forwarder needs no transaction of its own (one commit, and its pages, less per
+        # batch: docs/performance.md, "Flash").
+        self.reserving: set[str] = set()
+        # Per upstream, the first outbox id whose reserved first attempt no claim of this process
+        # has handed out yet: a row at or after it with `attempts = 1` is reserved. Kept only in
+        # memory: after a restart nothing is reserved, and such a row is claimed as any other
+        # (attempt 2, as for a crash between a claim and its send).
+        self.reserved_from: dict[str, int] = {}
+
+    def note_reserved(self, firsts: dict[str, int]) -> None:
+        """The record transaction committed rows with their first attempt reserved, from these ids."""
+        for upstream, first in firsts.items():
+            self.reserved_from.setdefault(upstream, first)
+
+    def _hand_out(self, upstream: str, rows: list[Any]) -> tuple[list[Any], list[int]]:
+        """(the rows as handed to the encoder, the ids whose attempt a transaction must count): a
+        reserved row's attempt is already committed, so it goes as attempt 1 (`attempts` 0 as read)."""
+        start = self.reserved_from.get(upstream, NONE_RESERVED)
+        if rows[-1][0] < start:
+            return rows, list(map(_first, rows))
+        out: list[Any] = []
+        count: list[int] = []
+        for r in rows:
+            if r[0] >= start and r[2] == 1:
+                out.append((r[0], r[1], 0, *r[3:]))
+            else:
+                out.append(r)
+                count.append(r[0])
+        return out, count
+
+    def _handed_out(self, upstream: str, rows: list[Any]) -> None:
+        """Rows up to the last of `rows` were handed out: none of them is reserved any more."""
+        if rows and upstream in self.reserved_from:
+            self.reserved_from[upstream] = max(self.reserved_from[upstream], rows[-1][0] + 1)
 
     async def claim(self, upstream: str, limit: int, *, after: int = 0) -> list[Entry]:
         """The first `limit` pending rows of `upstream` after outbox id `after`, in insertion order,
@@ -104,8 +142,11 @@ class Outbox:
         async with store.lock:
             rows, records = await read_head(self.store.db, upstream, limit, after)
             if rows:
-                async with store.transaction():
-                    await self._count_attempts(list(map(_first, rows)))
+                rows, count = self._hand_out(upstream, rows)
+                if count:
+                    async with store.transaction():
+                        await self._count_attempts(count)
+                self._handed_out(upstream, rows)
         return Claimed(rows, records)
 
     async def settle(self, results: Results, now: str, *, receipts: bool = False) -> None:
@@ -152,8 +193,12 @@ class Outbox:
             if not read.done():
                 read.set_result(Claimed(rows, records))
 
+        reserved_from = self.reserved_from.get(upstream, NONE_RESERVED)  # held under the lock below
+
         def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
             rows, records = read_head_on(conn, upstream, limit, after)
+            if rows and rows[-1][0] >= reserved_from:  # reserved rows go as attempt 1
+                rows = [(r[0], r[1], 0, *r[3:]) if r[0] >= reserved_from and r[2] == 1 else r for r in rows]
             # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
             # once the statement runs, which it does without the interpreter lock): handed before
             # it, the thread would wait for the lock while the loop works on the rows.
@@ -174,7 +219,7 @@ class Outbox:
                 # The rows read are every pending row of `upstream` from the first to the last of
                 # them: this transaction holds the write lock since before the read, and the
                 # settle above changes only rows up to `after`.
-                conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0]))
+                conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0], reserved_from))
 
         async with store.lock:
             task = asyncio.ensure_future(store.transact(cycle))
@@ -188,6 +233,7 @@ class Outbox:
                 # The transaction ends (committed or rolled back) before the lock is let go.
                 await asyncio.wait({task})
             task.result()  # the store's error, if any: then nothing of this is committed
+            self._handed_out(upstream, read.result().rows)
             return read.result(), prepared
 
     async def _count_attempts(self, ids: list[int]) -> None:

@@ -42,6 +42,9 @@ UPDATE_EVENT_COUNTS_TAIL = (
 )
 UPDATE_EVENT_COUNTS_WIDTH = 5
 INSERT_OUTBOX = "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, created_at) VALUES (?,?,?,?)"
+INSERT_OUTBOX_ATTEMPTS = (
+    "INSERT OR IGNORE INTO outbox(upstream, kind, ref_id, created_at, attempts) VALUES (?,?,?,?,?)"
+)
 
 
 def event_row(key: Key, item: Delivery, arrival_id: int) -> tuple[Any, ...]:

@@ -267,12 +267,27 @@ class Store:
         """
         stamp = now or (items[-1].arrival_at if items else "")
         upstreams = self._upstreams
+        reserving = self.outbox.reserving
+        reserved: dict[str, int] = {}
 
         def record(conn: sqlite3.Connection) -> list[decide.Outcome]:
-            outcomes = record_batch(conn, self.path, items, boot_sightings, anomalies, stamp, upstreams)
+            reserved.clear()  # (a retried transaction starts again)
+            outcomes = record_batch(
+                conn,
+                self.path,
+                items,
+                boot_sightings,
+                anomalies,
+                stamp,
+                upstreams,
+                reserving=reserving,
+                reserved=reserved,
+            )
             record_positions(conn, positions)
             return outcomes
 
         # The whole transaction in one trip to the connection's thread, not one per statement.
         async with self._lock:
-            return await self._writer.transact(record)
+            outcomes = await self._writer.transact(record)
+            self.outbox.note_reserved(reserved)  # committed: their first attempt is counted
+            return outcomes

@@ -124,6 +124,14 @@ def page_count(db: Path) -> int:
         con.close()
 
 
+def page_size(db: Path) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        con.close()
+
+
 async def test_the_store_quota_reached_holds_events_says_so_and_a_raised_quota_loses_nothing(
     harness: ModuleType, tmp_path: Path
 ) -> None:
@@ -133,7 +141,7 @@ async def test_the_store_quota_reached_holds_events_says_so_and_a_raised_quota_l
         await agent.started()
         await agent.stop()
         grow(db, 1024 * 1024)
-        set_quota(agent.config, (page_count(db) + 6) * 4096 + RESERVE)
+        set_quota(agent.config, (page_count(db) + 6) * page_size(db) + RESERVE)
         await agent.start()
         await agent.started()
         load.start(4.0, seed=5)
@@ -204,7 +212,7 @@ async def test_a_stop_that_cannot_commit_what_it_read_says_how_much_and_exits_no
     async with harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s") as (_plant, _rx, agent, load):
         await (await Store.open(db)).close()  # the schema, then ballast: a quota that fills at once
         grow(db, 1024 * 1024)
-        set_quota(agent.config, (page_count(db) + 2) * 4096, reserve=0)  # no reserve to open
+        set_quota(agent.config, (page_count(db) + 2) * page_size(db), reserve=0)  # no reserve to open
         await agent.start()
         await agent.started()
         load.start(4.0, seed=9)
