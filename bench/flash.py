@@ -16,7 +16,9 @@ medians):
 * lean: `bench/flash_lean.py`, a durable recorder written apart from the project's store code
   (WAL, synchronous=FULL, one table with a unique identity index, group commits the same
   interval apart, a sent-mark transaction after each), at the event rate the agent's round
-  before it measured, in a process of its own.
+  before it measured, in a process of its own, at SQLite's defaults (4 KiB pages: the issue's
+  baseline, `ratio`) and again at the agent's page size and checkpoint bytes
+  (`lean_same_pages`, `ratio_same_pages`: what the same lean design gets from small pages).
 
 Figures per interval: KiB written per event, MB/s, GB a day (at the rate measured), and the
 ratio agent / lean of bytes per event. --idle-seconds (default 30, 0 skips) adds one run with
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -51,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.cli.ledger.throwaway import free_port, listening, mosquitto_binary  # noqa: E402
 from agent.config.units import parse_duration  # noqa: E402
+from agent.store.connection import PAGE_SIZE  # noqa: E402
 from bench.rounds import median  # noqa: E402
 from devices.agent_config import device_config  # noqa: E402
 from devices.controller import ChannelSpec, Controller  # noqa: E402
@@ -101,9 +105,7 @@ def write_config(
     work: Path, names: list[str], ready: dict[str, Any], port: int, poll: str, interval: str | None
 ) -> Path:
     devices = [
-        device_config(
-            c, modbus=ready["modbus"][c.name], register_map=RegisterMap(c), poll=poll
-        )
+        device_config(c, modbus=ready["modbus"][c.name], register_map=RegisterMap(c), poll=poll)
         for c in (Controller(n, [ChannelSpec("Trip")]) for n in names)
     ]
     store: dict[str, Any] = {"path": str(work / "events.db")}
@@ -114,7 +116,10 @@ def write_config(
         "gateway": "gw-flash",
         "store": store,
         "upstreams": [
-            {"name": "central", "mqtt": {"url": f"mqtt://127.0.0.1:{port}", "topic": "{site}/events/{device}/{channel}"}}
+            {
+                "name": "central",
+                "mqtt": {"url": f"mqtt://127.0.0.1:{port}", "topic": "{site}/events/{device}/{channel}"},
+            }
         ],
         "devices": devices,
     }
@@ -134,7 +139,12 @@ def events_in(db: Path) -> int:
 
 
 def agent_round(
-    base: Path, names: list[str], ready: dict[str, Any], port: int, a: argparse.Namespace, interval: str | None
+    base: Path,
+    names: list[str],
+    ready: dict[str, Any],
+    port: int,
+    a: argparse.Namespace,
+    interval: str | None,
 ) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="flash-agent-", dir=base))
     config = write_config(work, names, ready, port, a.poll, interval)
@@ -163,18 +173,26 @@ def agent_round(
     return {"written_bytes": b1 - b0, "events": e1 - e0, "seconds": seconds}
 
 
-def lean_round(base: Path, rate: float, interval_s: float, a: argparse.Namespace) -> dict[str, float]:
+def lean_round(
+    base: Path, rate: float, interval_s: float, a: argparse.Namespace, page_size: int | None = None
+) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="flash-lean-", dir=base))
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "flash_lean.py"), "--db", str(work / "lean.db")]
         + ["--rate", str(rate), "--interval", str(interval_s), "--seconds", str(a.seconds)]
-        + ["--warm-up", str(min(a.warm_up, 5.0))],
+        + ["--warm-up", str(min(a.warm_up, 5.0))]
+        + (["--page-size", str(page_size)] if page_size else []),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     got = json.loads(out.strip().splitlines()[-1])
     return {"written_bytes": got["written_bytes"], "events": got["events"], "seconds": got["seconds"]}
+
+
+def per_event_ratio(mine: dict[str, float | None], lean: dict[str, float | None]) -> float | None:
+    a, b = mine["kib_per_event"], lean["kib_per_event"]
+    return round(a / b, 3) if a and b else None
 
 
 def figures(rounds: list[dict[str, float]]) -> dict[str, float | None]:
@@ -201,11 +219,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--idle-seconds", type=float, default=30.0)
     p.add_argument("--dir", default="/var/tmp", help="where the stores go (a real disk, not tmpfs)")
+    p.add_argument("--agent-only", action="store_true", help="no lean rounds (for a sweep of rates)")
     a = p.parse_args()
     base = Path(tempfile.mkdtemp(prefix="flash-", dir=a.dir))
     names = [f"PLC-{i:02d}" for i in range(a.plcs)]
     broker, port = start_broker(base)
-    result: dict[str, Any] = {"bench": "flash", "plcs": a.plcs, "rate": a.rate, "poll": a.poll, "rounds": a.rounds}
+    result: dict[str, Any] = {
+        "bench": "flash",
+        "plcs": a.plcs,
+        "rate": a.rate,
+        "poll": a.poll,
+        "rounds": a.rounds,
+    }
     try:
         sim, ready = start_simulator(names, a.rate)
         try:
@@ -213,19 +238,27 @@ def main() -> None:
                 seconds = parse_duration(interval)
                 agent_rounds: list[dict[str, float]] = []
                 lean_rounds: list[dict[str, float]] = []
-                for r in range(a.rounds):
-                    # ABBA: the lean round needs the agent's rate, so it follows an agent round,
-                    # and every other pair the agent's next round comes right after it.
+                same_rounds: list[dict[str, float]] = []
+                for _ in range(a.rounds):
+                    # The lean rounds need the agent's rate, so they follow an agent round.
                     agent_rounds.append(agent_round(base, names, ready, port, a, interval))
                     got = agent_rounds[-1]
-                    lean_rounds.append(lean_round(base, max(got["events"] / got["seconds"], 1.0), seconds, a))
-                mine, lean = figures(agent_rounds), figures(lean_rounds)
-                ratio = (
-                    round(mine["kib_per_event"] / lean["kib_per_event"], 3)
-                    if mine["kib_per_event"] and lean["kib_per_event"]
-                    else None
-                )
-                result[interval] = {"agent": mine, "lean": lean, "ratio": ratio}
+                    rate = max(got["events"] / got["seconds"], 1.0)
+                    if not a.agent_only:
+                        lean_rounds.append(lean_round(base, rate, seconds, a))
+                        same_rounds.append(lean_round(base, rate, seconds, a, PAGE_SIZE))
+                mine = figures(agent_rounds)
+                if a.agent_only:
+                    result[interval] = {"agent": mine}
+                    continue
+                lean, same = figures(lean_rounds), figures(same_rounds)
+                result[interval] = {
+                    "agent": mine,
+                    "lean": lean,
+                    "ratio": per_event_ratio(mine, lean),
+                    "lean_same_pages": same,
+                    "ratio_same_pages": per_event_ratio(mine, same),
+                }
         finally:
             sim.terminate()
             sim.wait(timeout=30)
@@ -242,6 +275,7 @@ def main() -> None:
     finally:
         broker.terminate()
         broker.wait(timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
     print(json.dumps(result))
 
 

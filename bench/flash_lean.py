@@ -5,7 +5,8 @@ Written apart from the project's store code (no `agent` import): SQLite in WAL m
 like the agent's records) with a unique identity index, group commits --interval apart with
 the events that came meanwhile at --rate per second, and one transaction after each commit
 marking its rows sent, as an upstream's acknowledgement would. SQLite's defaults otherwise
-(4 KiB pages, a checkpoint each 1,000 WAL pages).
+(4 KiB pages, a checkpoint each 1,000 WAL pages); --page-size gives it the agent's page size
+and a checkpoint at the same WAL bytes, the agent's settings.
 
 Runs --warm-up seconds, then counts `write_bytes` of /proc/self/io (what this process caused
 to be written to storage) over --seconds and prints one JSON line:
@@ -39,8 +40,13 @@ def main() -> None:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--warm-up", type=float, default=5.0)
     p.add_argument("--row-bytes", type=int, default=450)
+    p.add_argument("--page-size", type=int, default=None, help="default: SQLite's (4096)")
     a = p.parse_args()
     db = sqlite3.connect(a.db, isolation_level=None)
+    if a.page_size:
+        db.execute(f"PRAGMA page_size={a.page_size}")
+        # a checkpoint at the same WAL bytes as SQLite's default of 1,000 pages of 4 KiB
+        db.execute(f"PRAGMA wal_autocheckpoint={4 * 1024 * 1024 // a.page_size}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute(

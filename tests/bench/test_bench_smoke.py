@@ -354,3 +354,26 @@ def test_sparkplug_drain_compares_with_a_bare_qos0_publisher() -> None:
     assert got["bench"] == "sparkplug" and got["events"] == 300
     assert_compared(got["events_per_s"], got["bare_aiomqtt_qos0_per_s"], got["ratio_vs_bare"])
     assert got["rss_peak_mb"] > 0 and len(got["loadavg"]) == 3
+
+
+@pytest.mark.skipif(
+    mosquitto_binary() is None, reason="mosquitto is not installed: bench/flash.py starts its own broker"
+)
+def test_flash_compares_bytes_written_per_event_with_a_lean_recorder() -> None:
+    # In /var/tmp (the bench's default, removed after): a disk, where tmpfs would count nothing.
+    got = run_bench(
+        "flash.py",
+        *("--plcs", "2", "--rate", "10", "--seconds", "3", "--warm-up", "3", "--rounds", "1"),
+        *("--intervals", "50ms", "--idle-seconds", "2"),
+    )
+    assert got["bench"] == "flash" and got["rounds"] == 1
+    figures = got["50ms"]
+    for side in ("agent", "lean", "lean_same_pages"):
+        assert figures[side]["events_per_s"] > 0, figures
+    assert_compared(figures["agent"]["kib_per_event"], figures["lean"]["kib_per_event"], figures["ratio"])
+    assert_compared(
+        figures["agent"]["kib_per_event"],
+        figures["lean_same_pages"]["kib_per_event"],
+        figures["ratio_same_pages"],
+    )
+    assert got["idle_bytes_per_s"] >= 0

@@ -120,6 +120,12 @@ async def test_sigterm_mid_flow_then_restart_loses_nothing_and_invents_nothing(
         assert status["running"] is True
         assert connections(status)["PUMP-07"]["state"] == "up"
         assert [u["upstream"] for u in status["upstreams"]] == ["historian"]
+        storage = status["service"]["storage"]  # what the process wrote, for the flash (issue 32)
+        assert isinstance(storage["written_bytes"], int) and storage["commits"] > 0, storage
+        with sqlite3.connect(db) as con:  # the live state is in memory, not a store transaction
+            in_memory = con.execute("SELECT value FROM store_meta WHERE name = 'live_file'").fetchall()
+            rows = con.execute("SELECT count(*) FROM live_state").fetchone()[0]
+        assert (in_memory, rows) != ([], 0) and (not in_memory or rows == 0), (in_memory, rows)
         agent.send_signal(signal.SIGTERM)  # mid-flow: transitions keep coming while it stops
         await transitions(4, 0.05)
         assert await asyncio.wait_for(agent.wait(), 30) == 0, log.read_text()
