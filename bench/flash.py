@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from agent.cli.ledger.throwaway import free_port, listening, mosquitto_binary  # noqa: E402
 from agent.config.units import parse_duration  # noqa: E402
 from agent.store.connection import PAGE_SIZE  # noqa: E402
+from bench.poll import start_sim  # noqa: E402
 from bench.rounds import median  # noqa: E402
 from devices.agent_config import device_config  # noqa: E402
 from devices.controller import ChannelSpec, Controller  # noqa: E402
@@ -72,17 +73,8 @@ def write_bytes(pid: int) -> int:
 
 
 def start_simulator(names: list[str], rate: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    args = [sys.executable, "-m", "devices", "--quiet", "--no-opcua", "--modbus-port", "0"]
-    args += ["--channels", "Trip", "--controllers", *names]
-    if rate > 0:
-        args += ["--random", str(rate)]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY "):
-        proc.kill()
-        raise SystemExit(f"simulator did not start: {line!r}")
-    return proc, json.loads(line[len("READY ") :])
+    """One simulator process serving `names` over Modbus TCP, `rate` random transitions a second."""
+    return start_sim(names, opcua=False, rate=rate)
 
 
 def start_broker(work: Path) -> tuple[subprocess.Popen[bytes], int]:

@@ -77,7 +77,8 @@ logging.getLogger("asyncua").setLevel(logging.CRITICAL)
 
 
 def start_sim(names: list[str], *, opcua: bool, rate: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    args = [sys.executable, "-m", "devices", "--quiet", "--channels", "Trip", "--random", str(rate)]
+    args = [sys.executable, "-m", "devices", "--quiet", "--channels", "Trip"]
+    args += ["--random", str(rate)] if rate > 0 else []  # 0: nothing changes
     args += ["--controllers", *names]
     args += ["--no-modbus", "--opcua-port", "0"] if opcua else ["--no-opcua", "--modbus-port", "0"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)

@@ -116,18 +116,10 @@ def grow(db: Path, nbytes: int) -> None:
     con.close()
 
 
-def page_count(db: Path) -> int:
+def pragma(db: Path, name: str) -> int:
     con = sqlite3.connect(db)
     try:
-        return int(con.execute("PRAGMA page_count").fetchone()[0])
-    finally:
-        con.close()
-
-
-def page_size(db: Path) -> int:
-    con = sqlite3.connect(db)
-    try:
-        return int(con.execute("PRAGMA page_size").fetchone()[0])
+        return int(con.execute(f"PRAGMA {name}").fetchone()[0])
     finally:
         con.close()
 
@@ -141,7 +133,7 @@ async def test_the_store_quota_reached_holds_events_says_so_and_a_raised_quota_l
         await agent.started()
         await agent.stop()
         grow(db, 1024 * 1024)
-        set_quota(agent.config, (page_count(db) + 6) * page_size(db) + RESERVE)
+        set_quota(agent.config, (pragma(db, 'page_count') + 6) * pragma(db, 'page_size') + RESERVE)
         await agent.start()
         await agent.started()
         load.start(4.0, seed=5)
@@ -212,7 +204,7 @@ async def test_a_stop_that_cannot_commit_what_it_read_says_how_much_and_exits_no
     async with harness.rig(tmp_path, devices=2, poll=f"{POLL_S}s") as (_plant, _rx, agent, load):
         await (await Store.open(db)).close()  # the schema, then ballast: a quota that fills at once
         grow(db, 1024 * 1024)
-        set_quota(agent.config, (page_count(db) + 2) * page_size(db), reserve=0)  # no reserve to open
+        set_quota(agent.config, (pragma(db, 'page_count') + 2) * pragma(db, 'page_size'), reserve=0)  # no reserve to open
         await agent.start()
         await agent.started()
         load.start(4.0, seed=9)

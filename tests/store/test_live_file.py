@@ -19,7 +19,9 @@ def mounts(tmp_path: Path, *lines: str) -> str:
 
 
 def test_the_longest_mount_point_above_a_path_names_its_filesystem(tmp_path: Path) -> None:
-    table = mounts(tmp_path, "/dev/vda / ext4 rw 0 0", "tmpfs /run tmpfs rw 0 0", "tmpfs /run/user/0 tmpfs rw 0 0")
+    table = mounts(
+        tmp_path, "/dev/vda / ext4 rw 0 0", "tmpfs /run tmpfs rw 0 0", "tmpfs /run/user/0 tmpfs rw 0 0"
+    )
     assert live_file.filesystem_of(Path("/run/edge-agent"), table) == "tmpfs"
     assert live_file.filesystem_of(Path("/var/lib/edge-agent"), table) == "ext4"
     assert live_file.filesystem_of(Path("/running"), table) == "ext4"  # a prefix is not a parent
@@ -34,7 +36,10 @@ def test_only_a_directory_in_memory_is_taken(tmp_path: Path) -> None:
     env = {"RUNTIME_DIRECTORY": str(disk / "edge-agent"), "XDG_RUNTIME_DIR": str(ram)}
     got = live_file.choose("abc", env, table)
     assert got == ram / "edge-agent" / "live-abc.json"
-    assert live_file.choose("abc", {"RUNTIME_DIRECTORY": str(disk)}, mounts(tmp_path, "/dev/vda / ext4 rw 0 0")) is None
+    assert (
+        live_file.choose("abc", {"RUNTIME_DIRECTORY": str(disk)}, mounts(tmp_path, "/dev/vda / ext4 rw 0 0"))
+        is None
+    )
 
 
 def test_the_file_is_replaced_whole_and_a_missing_one_is_no_state(tmp_path: Path) -> None:

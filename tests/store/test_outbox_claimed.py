@@ -4,7 +4,6 @@ entries handed over one at a time (real SQLite files)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import sys
 import threading
@@ -14,22 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deliveries import AT, delivery
 
-from agent.core.contract import Delivery
-from agent.core.intake import parse_delivery
 from agent.core.records import Entry
 from agent.core.send_outcome import DELIVERED, rejected
 from agent.store.connection import on_thread
 from agent.store.store import Store
 
-AT = "2026-04-22T08:00:00.000Z"
-
-
-def d(tid: str, source: str = "PUMP-07/Trip") -> Delivery:
-    obj = {"source": source, "transitionId": tid, "bootId": "B17", "payload": {"state": "Trip"}}
-    got = parse_delivery(json.dumps(obj), arrival_at=AT, receiver="test")
-    assert isinstance(got, Delivery)
-    return got
+d = delivery
 
 
 def outbox(path: Path) -> dict[int, tuple[str, str, int]]:

@@ -6,13 +6,12 @@ migration that brought the state; retention keeps a `sent` row's event."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agent.core.contract import Delivery
-from agent.core.intake import parse_delivery
+from deliveries import AT, delivery
+
 from agent.core.receipts import Receipt, encode_receipt, ranges
 from agent.core.retention import delivery_verdict
 from agent.core.send_outcome import DELIVERED, retry
@@ -20,14 +19,7 @@ from agent.service.receipts import MAX_WAIT_S, ReceiptKeeper
 from agent.store.schema import MIGRATIONS, RECEIPTS_MIGRATION
 from agent.store.store import Store
 
-AT = "2026-04-22T08:00:00.000Z"
-
-
-def d(tid: str) -> Delivery:
-    obj = {"source": "PUMP-07/Trip", "transitionId": tid, "bootId": "B17", "payload": {"state": "Trip"}}
-    got = parse_delivery(json.dumps(obj), arrival_at=AT, receiver="test")
-    assert isinstance(got, Delivery)
-    return got
+d = delivery
 
 
 def states(path: Path, upstream: str = "ledger") -> dict[int, str]:

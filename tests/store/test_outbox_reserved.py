@@ -5,23 +5,14 @@ a restart, or when another writer made it. Real SQLite files."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
-from agent.core.contract import Delivery
-from agent.core.intake import parse_delivery
+from deliveries import AT
+from deliveries import delivery as d
+
 from agent.core.send_outcome import DELIVERED, retry
 from agent.store.store import Store
-
-AT = "2026-04-22T08:00:00.000Z"
-
-
-def d(tid: str) -> Delivery:
-    obj = {"source": "PUMP-07/Trip", "transitionId": tid, "bootId": "B17", "payload": {"state": "Trip"}}
-    got = parse_delivery(json.dumps(obj), arrival_at=AT, receiver="test")
-    assert isinstance(got, Delivery)
-    return got
 
 
 def attempts(path: Path, upstream: str = "live") -> dict[int, int]:
