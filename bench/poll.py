@@ -9,9 +9,12 @@ one). Then, alternated for --rounds rounds (default 3; figures are medians):
 * fleet, agent: the real pollers (one task per connection, transition tracking, the live
   state the service keeps per connection) at --hz and the real recorder into a real SQLite
   store (synchronous=FULL), for --seconds;
-* fleet, bare: one ``AsyncModbusTcpClient`` per controller doing the same reads (the blocks
-  the agent's read plan asks for) on the same schedule (the same interval, each connection's
-  ticks at the same phase over it as the agent's), nothing else, for --seconds;
+* fleet, bare, twice: one ``AsyncModbusTcpClient`` per controller doing the same reads (the
+  blocks the agent's read plan asks for) at the same interval, nothing else, for --seconds:
+  `aligned` (every client at the multiples of the interval: one wake-up for all, the issue 35
+  target's baseline, `cpu_per_poll_ratio`) and at the agent's own phases (each connection's
+  ticks at the same phase over it as the agent's, `cpu_per_poll_ratio_phases`); the three sides
+  run in turn, the order turned each round;
 * one connection, agent: one controller polled with an interval of 0.1 ms (as fast as it
   goes), recorder and store included; one connection, bare: the same reads back to back.
 
@@ -155,7 +158,7 @@ async def bare(
     """One bare client per controller, the same reads; paced to the interval or back to back.
 
     Paced, each connection ticks at the agent's phase for it; `aligned`: all at the multiples
-    of the interval (every client wakes on the same millisecond)."""
+    of the interval (every client wakes on the same millisecond, one wake-up for all)."""
     window = Window()
     clients = [
         AsyncModbusTcpClient("127.0.0.1", port=p, timeout=1, retries=0, reconnect_delay=0) for p in ports
@@ -277,12 +280,18 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
             async def agent_fleet() -> dict[str, Any]:
                 return await agent(fleet, a.seconds, Path(tmp) / f"f{next(runs)}.db", a.warm_up)
 
-            async def bare_fleet() -> dict[str, Any]:
-                return await bare(
-                    fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up, aligned=a.aligned_bare
-                )
+            async def bare_aligned() -> dict[str, Any]:
+                return await bare(fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up, aligned=True)
 
-            ag, ba = await alternate_async(a.rounds, agent_fleet, bare_fleet)
+            async def bare_phased() -> dict[str, Any]:
+                return await bare(fleet_modbus, ports, a.seconds, paced=True, warm_up=a.warm_up)
+
+            # Three sides, the order turned each round, so a slow spell falls on each in turn.
+            ag, ba, bp = [], [], []
+            sides = [(agent_fleet, ag), (bare_aligned, ba), (bare_phased, bp)]
+            for r in range(a.rounds):
+                for fn, into in sides[r % 3 :] + sides[: r % 3]:
+                    into.append(await fn())
             one_s = min(a.seconds, 5.0)
 
             async def agent_one() -> dict[str, Any]:
@@ -319,9 +328,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
     bare_rates = [r["polls"] / r["wall"] for r in ba]
     agent_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ag]  # ms per 1,000 polls
     bare_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ba]
+    phased_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in bp]
     out["fleet"] = {
         "n_modbus": a.n,
-        "bare_schedule": "aligned" if a.aligned_bare else "agent phases",
+        "bare_schedule": "aligned (the target's); bare_phases_*: at the agent's phases",
         "m_opcua": a.m,
         "asked_polls_per_s": (a.n + a.m) * a.hz,
         "agent_polls_per_s": round(median([r["polls"] / r["wall"] for r in ag]), 1),
@@ -335,6 +345,9 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         "agent_cpu_ms_per_1000_polls": round(median(agent_cpu), 1),
         "bare_cpu_ms_per_1000_polls": round(median(bare_cpu), 1),
         "cpu_per_poll_ratio": round(median(agent_cpu) / median(bare_cpu), 3),
+        "bare_phases_cpu_ms_per_1000_polls": round(median(phased_cpu), 1),
+        "cpu_per_poll_ratio_phases": round(median(agent_cpu) / median(phased_cpu), 3),
+        "bare_phases_missed_pct": median([missed_pct(r["polls"], r["wall"], a.n, a.hz) for r in bp]),
         "agent_cpu_share": round(median([r["cpu"] / r["wall"] for r in ag]), 3),
         "latency_ms_p50": med(ag, "latency_ms_p50"),
         "latency_ms_p99": med(ag, "latency_ms_p99"),
@@ -369,12 +382,6 @@ def main() -> None:
     ap.add_argument("--opcua-seconds", type=float, default=10.0, help="window of the OPC UA comparison")
     ap.add_argument("--rate", type=float, default=0.5, help="transitions per second per controller")
     ap.add_argument("--warm-up", type=float, default=1.5, help="seconds to connect and read before measuring")
-    ap.add_argument(
-        "--aligned-bare",
-        action="store_true",
-        help="pace the bare loop at the multiples of the interval (all clients at once) instead of "
-        "the agent's per-connection phases",
-    )
     with tuned_process():  # as `edge-agent run` runs (both sides, same process)
         print(json.dumps(asyncio.run(run(ap.parse_args()))))
 
