@@ -21,6 +21,7 @@ from agent.core.contract import Anomaly, Decision, Delivery, Key, Rejection
 from agent.core.errors import StoreError
 from agent.store import rows, tally
 from agent.store.boots import known_boots, record_anomalies, record_boots
+from agent.store.outbox_queue import queue_outbox
 
 log = logging.getLogger(__name__)
 
@@ -107,32 +108,6 @@ def batch_boots(
     if len(known) == len(pairs):
         return []
     return record_boots(db, decide.sightings_of(items), arrival_ids, known)
-
-
-def queue_outbox(
-    db: sqlite3.Connection,
-    upstreams: Sequence[str],
-    refs: list[tuple[str, int]],
-    now: str,
-    reserving: Collection[str] = (),
-) -> dict[str, int]:
-    """One outbox row per new record and upstream; those of the `reserving` upstreams with their
-    first attempt counted. Returns the first new row's id per reserving upstream."""
-    if not refs:
-        return {}
-    if not reserving:
-        db.executemany(rows.INSERT_OUTBOX, [(up, kind, ref, now) for kind, ref in refs for up in upstreams])
-        return {}
-    before = db.execute("SELECT coalesce(max(outbox_id), 0) FROM outbox").fetchone()[0]
-    db.executemany(
-        rows.INSERT_OUTBOX_ATTEMPTS,
-        [(up, kind, ref, now, int(up in reserving)) for kind, ref in refs for up in upstreams],
-    )
-    found = db.execute(
-        "SELECT upstream, min(outbox_id) FROM outbox WHERE outbox_id > ? AND attempts = 1 GROUP BY upstream",
-        (before,),
-    ).fetchall()
-    return {str(r[0]): int(r[1]) for r in found if r[0] in reserving}
 
 
 def read_marks(db: sqlite3.Connection) -> Marks:

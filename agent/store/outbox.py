@@ -76,6 +76,19 @@ _first, _second = operator.itemgetter(0), operator.itemgetter(1)  # of (outbox_i
 T = TypeVar("T")
 
 
+def _reserved(row: Any, start: int) -> bool:
+    """A head row whose first attempt the record transaction counted, not yet handed out."""
+    return bool(row[0] >= start and row[2] == 1)
+
+
+def as_handed(rows: list[Any], start: int) -> list[Any]:
+    """The head rows as the encoder gets them: a reserved row (from `start` on, `attempts` 1) goes
+    as attempt 1, so it is read as `attempts` 0 (the entry's attempt is `attempts + 1`)."""
+    if not rows or rows[-1][0] < start:
+        return rows
+    return [(r[0], r[1], 0, *r[3:]) if _reserved(r, start) else r for r in rows]
+
+
 class BatchOutcomes(NamedTuple):
     """One batch's outcomes as two lists in the same order, the outbox ids and what each came to
     (the forwarder's form of a settle: no pair built per row)."""
@@ -109,20 +122,9 @@ class Outbox:
             self.reserved_from.setdefault(upstream, first)
 
     def _hand_out(self, upstream: str, rows: list[Any]) -> tuple[list[Any], list[int]]:
-        """(the rows as handed to the encoder, the ids whose attempt a transaction must count): a
-        reserved row's attempt is already committed, so it goes as attempt 1 (`attempts` 0 as read)."""
+        """(the rows as handed to the encoder, the ids whose attempt a transaction must count)."""
         start = self.reserved_from.get(upstream, NONE_RESERVED)
-        if rows[-1][0] < start:
-            return rows, list(map(_first, rows))
-        out: list[Any] = []
-        count: list[int] = []
-        for r in rows:
-            if r[0] >= start and r[2] == 1:
-                out.append((r[0], r[1], 0, *r[3:]))
-            else:
-                out.append(r)
-                count.append(r[0])
-        return out, count
+        return as_handed(rows, start), [r[0] for r in rows if not _reserved(r, start)]
 
     def _handed_out(self, upstream: str, rows: list[Any]) -> None:
         """Rows up to the last of `rows` were handed out: none of them is reserved any more."""
@@ -197,8 +199,7 @@ class Outbox:
 
         def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
             rows, records = read_head_on(conn, upstream, limit, after)
-            if rows and rows[-1][0] >= reserved_from:  # reserved rows go as attempt 1
-                rows = [(r[0], r[1], 0, *r[3:]) if r[0] >= reserved_from and r[2] == 1 else r for r in rows]
+            rows = as_handed(rows, reserved_from)
             # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
             # once the statement runs, which it does without the interpreter lock): handed before
             # it, the thread would wait for the lock while the loop works on the rows.

@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from agent.core.errors import StoreError, StoreFull
-from agent.store.batch import queue_outbox
 from agent.store.connection import on_thread
+from agent.store.outbox_queue import queue_outbox
 from agent.store.salvage_read import (
     ANOMALY_COLUMNS,
     BOOT_COLUMNS,
