@@ -20,10 +20,10 @@ import click
 
 from agent.cli import render
 from agent.cli.context import Context, run_async
+from agent.core.review_mark import NotReviewable
 from agent.core.spreadsheet import safe_row
 from agent.core.timestamps import format_timestamp
 from agent.store.reader import Reader
-from agent.store.review import NotReviewable
 
 Rows = Callable[[Reader], AsyncGenerator[dict[str, Any], None]]
 

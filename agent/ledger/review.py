@@ -7,11 +7,11 @@ updated or deleted; the arrival, its canonical event and the pending list stay a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from agent.core.review_mark import Mark, NotReviewable
 from agent.core.timestamps import format_timestamp
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -19,22 +19,8 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 REVIEWABLE = ("conflict", "identity_incomplete")
 
 
-class NotReviewable(LookupError):
-    """The arrival id names no arrival, or one that is neither a conflict nor identity-incomplete."""
-
-
 class EmptyNote(ValueError):
     """A mark needs a note saying what was found or decided."""
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    mark_id: int
-    arrival_id: int
-    kind: str
-    note: str
-    marked_at: str
-    marked_by: str | None
 
 
 async def mark(conn: Conn, arrival_id: int, note: str, by: str | None) -> Mark:

@@ -11,29 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 import aiosqlite
 
 from agent.core.contract import Decision
+from agent.core.review_mark import Mark, NotReviewable
 from agent.store.report import _raw_text, _stream
 
 REVIEWABLE = (Decision.CONFLICT.value, Decision.IDENTITY_INCOMPLETE.value)
-
-
-class NotReviewable(LookupError):
-    """The arrival id names no arrival, or one that is neither a conflict nor identity-incomplete."""
-
-
-@dataclass(frozen=True)
-class Mark:
-    mark_id: int
-    arrival_id: int
-    kind: str
-    note: str
-    marked_at: str
-    marked_by: str | None
 
 
 async def _has_marks_table(db: aiosqlite.Connection) -> bool:

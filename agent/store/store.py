@@ -44,6 +44,7 @@ from agent.core import decide
 from agent.core.alarms import AlarmMemory
 from agent.core.contract import Anomaly, Delivery, Rejection
 from agent.core.errors import StoreError
+from agent.core.review_mark import Mark
 from agent.core.snapshot import Positions
 from agent.store import live_file
 from agent.store.alarm_memory import alarm_memory
@@ -51,7 +52,6 @@ from agent.store.batch import record_batch
 from agent.store.connection import WriterConnection, WriteTransaction, open_writer, read_store_id
 from agent.store.outbox import Outbox
 from agent.store.positions import record_positions
-from agent.store.review import Mark
 from agent.store.review import mark as review_mark
 from agent.store.schema import MIGRATIONS, TALLY_MIGRATION, Migration
 from agent.store.tally import fold_async, tally_waiting

@@ -13,6 +13,7 @@ import signal
 import click
 
 from agent.cli.ledger.context import LedgerContext, run_ledger
+from agent.core.review_mark import Mark, NotReviewable
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -108,11 +109,11 @@ def mark_cmd(obj: LedgerContext, arrival_id: int, note: str, by: str | None) -> 
         raise click.BadParameter("the note is empty: say what was found or decided", param_hint="--note")
     who = by or _who()
 
-    async def go() -> review.Mark:
+    async def go() -> Mark:
         conn = await obj.open(migrate=False)
         try:
             return await review.mark(conn, arrival_id, note, who)
-        except review.NotReviewable as exc:
+        except NotReviewable as exc:
             raise click.BadParameter(str(exc), param_hint="ARRIVAL_ID") from exc
         finally:
             await conn.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from agent.core.review_mark import NotReviewable
 from agent.ledger import notifications, review
 from agent.ledger.web.common import GUARD, POOL, html_response
 from agent.ledger.web.html import link, page, tag, url
@@ -84,7 +85,7 @@ async def mark(request: web.Request) -> web.StreamResponse:
             await review.mark(conn, arrival_id, note, by)
         except review.EmptyNote as exc:
             raise web.HTTPBadRequest(text=f"{exc}\n") from exc
-        except review.NotReviewable as exc:
+        except NotReviewable as exc:
             raise web.HTTPNotFound(text=f"{exc}\n") from exc
     raise web.HTTPSeeOther(_next(str(form.get("next", ""))) + f"#a{arrival_id}")
 
