@@ -153,6 +153,40 @@ def is_wrap(old: int, new: int, bits: int) -> bool:
     return old >= span - span // 4 and new < span // 4
 
 
+def boot_raw(snap: Snapshot) -> dict[str, Any]:
+    """How this poll read the boot id (its value and register or node, or the error): the `boot`
+    part of a live delivery's evidence."""
+    raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
+    if snap.boot_error:
+        raw["error"] = snap.boot_error
+    return raw
+
+
+def live_delivery(
+    device: str,
+    ch: ChannelRead,
+    snap: Snapshot,
+    transition_id: int | str,
+    raw: Mapping[str, Any],
+    basis: str = IdentityBasis.COUNTER,
+) -> Delivery:
+    """The delivery of what one poll read now on channel `ch` (live, at the poll's time)."""
+    return make_delivery(
+        device=device,
+        channel=ch.channel,
+        transition_id=transition_id,
+        boot_id=snap.boot_id,
+        state=ch.state,
+        source_timestamp=ch.source_timestamp,
+        latched=ch.latched,
+        arrival_at=snap.read_at,
+        receiver=snap.receiver,
+        live=True,
+        raw=raw,
+        basis=basis,
+    )
+
+
 def make_delivery(
     *,
     device: str,

@@ -63,6 +63,8 @@ from agent.core.snapshot import (
     Positions,
     RingItem,
     Snapshot,
+    boot_raw,
+    live_delivery,
     make_delivery,
 )
 from agent.core.window import WindowChanges
@@ -252,25 +254,10 @@ class DeviceTracker:
         if identity in self._recent:
             return None  # this very transition came as an OPC UA event already: the same read twice
         self._read(identity)
-        boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
-        if snap.boot_error:
-            boot_raw["error"] = snap.boot_error
-        raw: dict[str, Any] = {"read": ch.raw, "boot": boot_raw}  # _plain copies it
+        raw: dict[str, Any] = {"read": ch.raw, "boot": boot_raw(snap)}  # _plain copies it
         if snap.start_time is not None:
             raw["server_start_time"] = snap.start_time
-        return make_delivery(
-            device=self.device,
-            channel=ch.channel,
-            transition_id=tid,
-            boot_id=snap.boot_id,
-            state=ch.state,
-            source_timestamp=ch.source_timestamp,
-            latched=ch.latched,
-            arrival_at=snap.read_at,
-            receiver=snap.receiver,
-            live=True,
-            raw=raw,
-        )
+        return live_delivery(self.device, ch, snap, tid, raw)
 
     # --- ring, events and gaps -------------------------------------------------------------------
 

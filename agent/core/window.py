@@ -22,7 +22,7 @@ from typing import Any
 from agent.core.basis import IdentityBasis
 from agent.core.contract import Delivery
 from agent.core.jcs import canonical_json
-from agent.core.snapshot import ChannelRead, Snapshot, make_delivery
+from agent.core.snapshot import ChannelRead, Snapshot, boot_raw, live_delivery
 from agent.core.timestamps import parse_timestamp
 
 PREFIX = "w"
@@ -111,29 +111,15 @@ class WindowChanges:
                 )
             return None
         observed = ch.source_timestamp or snap.read_at
-        boot_raw: dict[str, Any] = {"value": snap.boot_id, **snap.boot_where}
-        if snap.boot_error:
-            boot_raw["error"] = snap.boot_error
         window = {
             "ms": ch.window_ms,
             "observed": observed,
             "observed_from": "source_timestamp" if ch.source_timestamp else "read time",
             "previous_state": previous,
         }
-        return make_delivery(
-            device=self.device,
-            channel=ch.channel,
-            transition_id=window_key(ch.state, observed, ch.window_ms),
-            boot_id=snap.boot_id,
-            state=ch.state,
-            source_timestamp=ch.source_timestamp,
-            latched=ch.latched,
-            arrival_at=snap.read_at,
-            receiver=snap.receiver,
-            live=True,
-            raw={"read": dict(ch.raw), "boot": boot_raw, "window": window},
-            basis=IdentityBasis.WINDOW,
-        )
+        raw = {"read": dict(ch.raw), "boot": boot_raw(snap), "window": window}
+        key = window_key(ch.state, observed, ch.window_ms)
+        return live_delivery(self.device, ch, snap, key, raw, IdentityBasis.WINDOW)
 
     def _older(self, channel: str, source_timestamp: str) -> bool:
         """Whether ``source_timestamp`` is older than the latest the store holds for ``channel``."""
