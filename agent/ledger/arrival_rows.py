@@ -88,7 +88,7 @@ def copy_text(
     tab, a newline, a carriage return or a backslash (the ids, the gateway, the reason, the
     CloudEvents id; the timestamps too, to be safe) are looked at, all of a row at once, and a
     row where one of them does is written value by value through `_cell`, which escapes them
-    (`copy_text_by_cell` is that writer for every row: the oracle of the tests). The flags are
+    (tests/oracles/copy_oracle.py writes every row so: the tests' oracle). The flags are
     lowercase words, the raw line and the key go as hex.
     """
     received = now.isoformat()
@@ -162,19 +162,3 @@ def _line_by_cell(aid: int, arr: Arrival, oc: decide.Outcome, key: bytes, receiv
         key,
     )
     return "\t".join(map(_cell, row))
-
-
-def copy_text_by_cell(
-    batch: Sequence[Arrival],
-    outcomes: list[decide.Outcome],
-    ids: list[int],
-    keys: list[bytes],
-    now: datetime,
-) -> bytes:
-    """`copy_text`, every row value by value (the writer before it; the tests' oracle)."""
-    received = now.isoformat()
-    lines = [
-        _line_by_cell(aid, arr, oc, key, received)
-        for aid, arr, oc, key in zip(ids, batch, outcomes, keys, strict=True)
-    ]
-    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from encode_oracle import body_general
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -307,7 +308,7 @@ def test_the_direct_body_is_exactly_what_the_json_encoder_writes(
 ) -> None:
     parts = encode_module._Parts(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')
     direct = encode_module._body(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
-    assert direct == encode_module._body_general(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
+    assert direct == body_general(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
 
 
 def _general(e: Entry, site: str, gateway: str, replayed: bool) -> Event:
