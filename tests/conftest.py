@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,24 @@ sys.path.insert(0, str(Path(__file__).parent / "oracles"))
 # `check` reads the installed edge-agent.service by default: an installation on the machine
 # running the tests must not change what they see (tests that want a unit pass --unit).
 os.environ.setdefault("EDGE_AGENT_UNIT", "none")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runtime_directory() -> Iterator[None]:
+    """The agents the tests run keep their live state in a runtime directory in memory
+    (`agent.store.live_file`): one of this test process's own, removed at its end, so runs of
+    the suite leave no files in /dev/shm."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or "RUNTIME_DIRECTORY" in os.environ:
+        yield
+        return
+    own = Path(tempfile.mkdtemp(prefix="edge-agent-tests-", dir=shm))
+    os.environ["RUNTIME_DIRECTORY"] = str(own)
+    try:
+        yield
+    finally:
+        os.environ.pop("RUNTIME_DIRECTORY", None)
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture
