@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.cli.ledger.throwaway import free_port, listening, mosquitto_binary  # noqa: E402
 from agent.config.units import parse_duration  # noqa: E402
+from agent.service.process import written_bytes  # noqa: E402
 from agent.store.connection import PAGE_SIZE  # noqa: E402
 from bench.poll import start_sim  # noqa: E402
 from bench.rounds import median  # noqa: E402
@@ -65,11 +66,10 @@ DAY = 86400
 
 
 def write_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/io") as f:
-        for line in f:
-            if line.startswith("write_bytes:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no write_bytes in /proc/{pid}/io")
+    got = written_bytes(pid)
+    if got is None:
+        raise RuntimeError(f"no write_bytes in /proc/{pid}/io")
+    return got
 
 
 def start_simulator(names: list[str], rate: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:

@@ -69,6 +69,7 @@ from agent.config.upstreams import HttpUpstream, MqttUpstream, Upstream
 from agent.core.contract import Delivery
 from agent.core.records import Entry, Transition
 from agent.service.forwarder import Forwarder
+from agent.service.process import written_bytes
 from agent.service.runtime import tuned_process
 from agent.service.upstream_sink import build_sink
 from agent.sinks.encode import BATCH_CONTENT_TYPE, Event, batch_body, encode, render_topic
@@ -118,8 +119,7 @@ async def agent_drain(path: Path, up: Upstream, total: int) -> dict[str, float]:
 
 def write_bytes() -> int:
     """What this process has caused to be written to storage (`/proc/self/io`): flash wear."""
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("write_bytes:"))
+    return written_bytes() or 0
 
 
 def same_events(total: int) -> list[Event]:

@@ -77,11 +77,11 @@ def alive(pid: int, recorded: dict[str, Any] | None) -> bool | None:
     return True
 
 
-def written_bytes() -> int | None:
-    """What this process caused to be written to storage so far (`write_bytes` of /proc/self/io),
-    or None where that is not kept (not Linux, or no task I/O accounting)."""
+def written_bytes(pid: int | str = "self") -> int | None:
+    """What the process caused to be written to storage so far (`write_bytes` of /proc/PID/io:
+    flash wear), or None where that is not kept (not Linux, or no task I/O accounting)."""
     try:
-        with open("/proc/self/io", encoding="ascii") as f:
+        with open(f"/proc/{pid}/io", encoding="ascii") as f:
             for line in f:
                 if line.startswith("write_bytes:"):
                     return int(line.split()[1])

@@ -187,8 +187,11 @@ class Store:
             try:
                 await asyncio.to_thread(live_file.write, self._live_file, now, state_json)
                 return
-            except OSError as exc:
-                raise StoreError(f"live state file {self._live_file}: {exc}") from exc
+            except OSError as exc:  # `status` would see a stale file: back to the store, said once
+                log.warning(
+                    "live state file %s cannot be written (%s): keeping it in the store", self._live_file, exc
+                )
+                await self.use_live_file(None)
         async with self._lock, self._transaction():
             await self.db.execute(
                 "INSERT INTO live_state(name, updated_at, state) VALUES (?,?,?)"

@@ -69,3 +69,45 @@ async def test_a_store_with_a_live_file_writes_no_live_state_row_and_status_read
     (tmp_path / "live.json").unlink()  # a reboot empties /run: no state, not a stale one
     async with await Reader.open(tmp_path / "s.db") as reader:
         assert await reader.live_state("service") is None
+
+
+async def test_a_live_file_that_cannot_be_written_hands_the_live_state_back_to_the_store(
+    tmp_path: Path,
+) -> None:
+    """Else `status` would read the stale file and call a healthy service NOT RESPONDING."""
+    gone = tmp_path / "run"
+    gone.mkdir()
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await store.use_live_file(gone / "live.json")
+        await store.write_live_state("service", "2026-12-06T00:00:00.000Z", '{"pid": 1}')
+        (gone / "live.json").unlink()
+        gone.rmdir()  # the runtime directory went away (removed by hand, a unit without Preserve)
+        await store.write_live_state("service", "2026-12-06T00:00:02.000Z", '{"pid": 2}')
+    finally:
+        await store.close()
+    async with await Reader.open(tmp_path / "s.db") as reader:
+        assert await reader.live_state("service") == ("2026-12-06T00:00:02.000Z", '{"pid": 2}')
+
+
+async def test_a_new_store_has_small_pages_and_checkpoints_by_wal_bytes_an_old_one_keeps_its_pages(
+    tmp_path: Path,
+) -> None:
+    """docs/performance.md, "Flash": 1 KiB pages write about half as much per commit."""
+    from agent.store.connection import PAGE_SIZE, WAL_CHECKPOINT_BYTES
+
+    old = tmp_path / "old.db"
+    con = sqlite3.connect(old)  # a store made with SQLite's default pages
+    con.execute("PRAGMA page_size=4096")
+    con.execute("CREATE TABLE t(x)")
+    con.close()
+    for path, page in ((tmp_path / "new.db", PAGE_SIZE), (old, 4096)):
+        store = await Store.open(path)
+        try:
+            got = [
+                list(await store.db.execute_fetchall(f"PRAGMA {p}"))[0][0]
+                for p in ("page_size", "wal_autocheckpoint")
+            ]
+        finally:
+            await store.close()
+        assert got == [page, WAL_CHECKPOINT_BYTES // page], path
