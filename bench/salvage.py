@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.config.loader import Config, StoreConfig
 from agent.core.contract import Delivery
 from agent.core.intake import parse_delivery
-from agent.service.run import open_store
+from agent.service.store_open import open_store
 from agent.store.store import Store
 
 ARRIVAL = "2026-04-22T08:00:12.180Z"

@@ -92,6 +92,10 @@ class ServiceLive:
     store_problem: str | None = None
     tasks: list[TaskLive] = field(default_factory=list)
     salvage: dict[str, Any] | None = None  # what a new store took from a damaged one at this start
+    config_hash: str | None = None  # the configuration in force (agent.config.fingerprint)
+    config_loaded_at: str | None = None  # when it was loaded (the start, or the last reload applied)
+    last_reload: dict[str, Any] | None = None  # at, result (applied, invalid, refused), what it did
+    reloads: dict[str, int] = field(default_factory=dict)  # reloads since the start, by result
 
     def connection(self, device: str, receiver: str) -> ConnectionLive:
         for c in self.connections:
@@ -100,6 +104,11 @@ class ServiceLive:
         c = ConnectionLive(device, receiver)
         self.connections.append(c)
         return c
+
+    def reloaded(self, at: str, result: str, detail: dict[str, Any]) -> None:
+        """One reload's outcome (`agent.service.reload`): shown by `status`, counted for metrics."""
+        self.last_reload = {"at": at, "result": result, **detail}
+        self.reloads[result] = self.reloads.get(result, 0) + 1
 
     def snapshot(self) -> dict[str, Any]:
         return {**asdict(self), "connections": [c.snapshot() for c in self.connections]}

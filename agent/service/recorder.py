@@ -109,6 +109,9 @@ class Recorder:
         self._full = asyncio.Event()  # set when a whole batch is queued
         self._queue: asyncio.Queue[Observations] = asyncio.Queue(queue_size)
         self._held: list[Observations] | None = None  # a batch whose commit failed unexpectedly
+        self._handed = 0  # polls' observations submitted, ever
+        self._settled = 0  # of those, committed or given up at a stop (in the order submitted)
+        self._settle_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     async def submit(self, obs: Observations) -> None:
         """Queue one poll's observations; waits only when the store is far behind. A poller
@@ -119,8 +122,30 @@ class Recorder:
             self.stats.lost += _count(obs)
             raise
         self._queued += _count(obs)
+        self._handed += 1
         if self._queued >= self.max_batch:
             self._full.set()  # a full batch does not wait for the rest of the commit interval
+
+    async def caught_up(self) -> None:
+        """Until everything submitted before this call is committed (or given up at a stop): a
+        reload reads a restarted device's positions from the store after this."""
+        target = self._handed
+        if self._settled >= target:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._settle_waiters.append((target, waiter))
+        await waiter
+
+    def _settle(self, batch: Sequence[Observations]) -> None:
+        self._settled += len(batch)
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for target, waiter in self._settle_waiters:
+            if target <= self._settled:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                still.append((target, waiter))
+        self._settle_waiters = still
 
     def uncommitted(self) -> int:
         """Observations accepted and not committed: the queue and the batch in hand."""
@@ -228,12 +253,14 @@ class Recorder:
                         exc,
                     )
                     self._held = None
+                    self._settle(batch)
                     return
                 await self._wait_for_room(stop)
                 continue
             finally:
                 self._commit_started = None
             self._held = None
+            self._settle(batch)
             if self.store_problem is not None:
                 log.warning("store writable again after %d failed attempts", self.stats.store_errors)
                 self.store_problem = None

@@ -32,138 +32,40 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+from agent.config.fingerprint import fingerprint
 from agent.config.loader import Config
 from agent.config.retention import RetentionSettings
 from agent.core.decide import Outcome
-from agent.core.errors import StoreCorrupt, StoreError
+from agent.core.errors import StoreError
 from agent.core.live import ServiceLive
 from agent.core.timestamps import format_timestamp
 from agent.core.tracker import Resume
 from agent.core.wording import counted
 from agent.service import sdnotify
 from agent.service.recorder import Recorder
+from agent.service.reload import Reloads
 from agent.service.room import StoreRoom
+from agent.service.running import Running, resume_points
 from agent.service.runtime import tuned_process
 from agent.service.shutdown import STOP_BUDGET, StopBudget, StopSequence
 from agent.service.signals import install_signal_handlers
 from agent.service.status import StatusWriter
+from agent.service.store_open import Clock, open_store, utc_now
 from agent.service.supervisor import FATAL_STORE_EXIT, Fatal, Supervisor
 from agent.service.upstream_tasks import UpstreamTask, build_upstream_tasks
-from agent.sources.pollers import run_pollers
 from agent.store import live_file
 from agent.store.prune import run_retention
-from agent.store.reader import Reader
-from agent.store.replace import finish_interrupted, replace_damaged
 from agent.store.reserve import Reserve
-from agent.store.salvage import SalvageReport
 from agent.store.store import Store
-from agent.store.wal_check import wal_damage
 
 log = logging.getLogger(__name__)
 
 EX_LOST = 75
 """Exit code of a stop that could not commit observations it had read (EX_TEMPFAIL): they are
 counted in the log; the unit restarts the service, and the controllers' rings may hold them."""
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-async def open_store(
-    path: str, cfg: Config, clock: Clock = utc_now
-) -> tuple[Store, str | None, SalvageReport | None]:
-    """Open the store; a damaged one is moved aside (database, WAL and SHM together) and a new
-    store takes its place holding what could still be read from it (`agent.store.replace`),
-    so a corrupt file never becomes a crash loop. Returns (store, alarm, salvage report)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    now = format_timestamp(clock())
-
-    async def open_new(new_path: str) -> Store:
-        return await Store.open(new_path, synchronous=cfg.store.synchronous)
-
-    report = await finish_interrupted(path, open_new, now, _salvage_progress)
-    alarm = (
-        None if report is None else _salvage_alarm("a salvage interrupted by a crash was done again", report)
-    )
-    wal_alarm = await _check_wal(path, clock)
-    alarm = "; ".join(a for a in (alarm, wal_alarm) if a) or None
-    try:
-        return await _open(path, cfg), alarm, report
-    except StoreCorrupt as exc:
-        stamp = clock().strftime("%Y%m%dT%H%M%SZ")
-        log.error(
-            "store was damaged (%s); moving it aside and salvaging what can be read into a new store", exc
-        )
-        moved, report = await replace_damaged(path, stamp, open_new, now, _salvage_progress)
-        alarm = f"store was damaged ({exc}); moved aside to {', '.join(moved)}; a new store was started"
-        if report is not None:
-            alarm = _salvage_alarm(alarm, report)
-        log.error("ALARM %s", alarm)
-        return await _open(path, cfg), alarm, report
-
-
-def _salvage_progress(rows: int) -> None:
-    """Tell systemd the start goes on (a large backlog takes a while to salvage: 4,000-7,000
-    rows a second measured, `bench/salvage.py`), so `TimeoutStartSec` does not kill it."""
-    sdnotify.notify(
-        f"EXTEND_TIMEOUT_USEC=60000000\nSTATUS=salvaging a damaged store: {rows} outbox rows taken"
-    )
-
-
-def _salvage_alarm(alarm: str, report: SalvageReport) -> str:
-    log.error("ALARM salvage from %s: %s", report.damaged_file, report.summary())
-    return f"{alarm}; {report.summary()}"
-
-
-async def _check_wal(path: str, clock: Clock) -> str | None:
-    """An alarm when the WAL holds commits SQLite will drop (`agent.store.wal_check`); the WAL
-    is copied aside first, for analysis, since opening the store ends it."""
-    wal = f"{path}-wal"
-    damage = await asyncio.to_thread(wal_damage, wal)
-    if damage is None:
-        return None
-    copy = f"{path}.wal-damaged-{clock().strftime('%Y%m%dT%H%M%SZ')}"
-    try:
-        await asyncio.to_thread(shutil.copyfile, wal, copy)
-        kept = f"a copy of the WAL is at {copy}"
-    except OSError as exc:
-        kept = f"the WAL could not be copied aside ({exc})"
-    alarm = f"store WAL was damaged: {damage.describe()}; {kept}"
-    log.error("ALARM %s", alarm)
-    return alarm
-
-
-async def _open(path: str, cfg: Config) -> Store:
-    """The store, its database held to `max_size - reserve` (see `agent.store.reserve`)."""
-    quota = Reserve(path, cfg.store.reserve, cfg.store.max_size).database_quota
-    return await Store.open(path, synchronous=cfg.store.synchronous, max_bytes=quota)
-
-
-@dataclass
-class _Running:
-    """What runs between READY and the end of the stop sequence."""
-
-    store: Store
-    recorder: Recorder
-    forwarders: list[UpstreamTask]
-    stop_polling: asyncio.Event = field(default_factory=asyncio.Event)
-    stop_recorder: asyncio.Event = field(default_factory=asyncio.Event)
-    stop_forwarding: asyncio.Event = field(default_factory=asyncio.Event)
-    stop_house: asyncio.Event = field(default_factory=asyncio.Event)
-    recorder_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    poller_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    forwarder_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    house_tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class Service:
@@ -183,6 +85,7 @@ class Service:
         self.clock = clock
         self.budget = budget
         self.live = ServiceLive(format_timestamp(clock()), os.getpid(), cfg.file)
+        self.live.config_hash, self.live.config_loaded_at = fingerprint(cfg), self.live.started_at
         self.status = StatusWriter(self.live, self.now, status_interval_s)
         self.status.max_size, self.status.status_every_s = cfg.store.max_size, cfg.status_every
         self.status.write_budget = cfg.store.write_budget
@@ -192,6 +95,8 @@ class Service:
         self.resume: dict[str, Resume] = {}
         self.reserve = Reserve(self.path, cfg.store.reserve, cfg.store.max_size)
         self._recorder: Recorder | None = None
+        self.running: Running | None = None
+        self.reloads = Reloads()
 
     def now(self) -> str:
         return format_timestamp(self.clock())
@@ -238,11 +143,11 @@ class Service:
 
     async def _run(self, store: Store, stop: asyncio.Event) -> StopSequence:
         await self._place_live_state(store)
-        running = self._prepare(store)
         async with asyncio.TaskGroup() as tg:
-            self._start_tasks(tg, running)
+            running = self.running = self._prepare(tg, store)
+            self._start_tasks(running)
             self._announce_ready()
-            await stop.wait()
+            await self.reloads.serve(self, stop)  # until stop; reloads asked for meanwhile are done
             stopping = await self._stop(running)
         await _close_sinks(running.forwarders, stopping)
         return stopping
@@ -261,11 +166,11 @@ class Service:
         else:
             log.info("live state for `status` in %s (in memory)", path)
 
-    def _prepare(self, store: Store) -> _Running:
-        """Forwarders, the recorder that wakes them, and the metrics endpoint when configured."""
+    def _prepare(self, tg: asyncio.TaskGroup, store: Store) -> Running:
+        """The recorder, which wakes the forwarders after each commit, and the metrics endpoint
+        when configured."""
         cfg = self.cfg
-        forwarders = build_upstream_tasks(store, cfg, self.live)
-        self.status.arm_wills(forwarders)  # before any sink connects
+        forwarders: list[UpstreamTask] = []  # Running.forwarders: a reload changes it in place
 
         def committed(_batch: Any, outcomes: Sequence[Outcome]) -> None:
             self.status.count(outcomes)
@@ -283,37 +188,29 @@ class Service:
             room=StoreRoom(store, self.reserve),
             min_interval_s=cfg.store.commit_interval,
         )
-        return _Running(store, self._recorder, forwarders)
+        return Running(tg, store, self._recorder, self.supervisor, self.live, self.budget, forwarders)
 
-    def _start_tasks(self, tg: asyncio.TaskGroup, r: _Running) -> None:
+    def _start_tasks(self, r: Running) -> None:
         cfg, sup = self.cfg, self.supervisor
         recorder = sup.run(
             "recorder", lambda: r.recorder.run(r.stop_recorder), r.stop_recorder, again_at_stop=True
         )
-        r.recorder_tasks.append(tg.create_task(recorder, name="recorder"))
-        pollers = run_pollers(
-            cfg.devices,
-            r.recorder,
-            r.stop_polling,
-            self.live,
-            resume=self.resume,
-            supervise=sup.run,
-            alarm_memory=r.store.read_alarm_memory,
-        )
-        r.poller_tasks.append(tg.create_task(pollers, name="pollers"))
-        for f in r.forwarders:
-            name = f"forwarder[{f.upstream.name}]"
-
-            def forward(f: UpstreamTask = f) -> Awaitable[None]:
-                return f.run(r.stop_forwarding, drain_s=self.budget.drain_s)
-
-            r.forwarder_tasks.append(tg.create_task(sup.run(name, forward, r.stop_forwarding), name=name))
+        r.recorder_tasks.append(r.tg.create_task(recorder, name="recorder"))
+        for device in cfg.devices:
+            r.start_device(device, self.resume.get(device.name))
+        self.start_upstreams(r, build_upstream_tasks(r.store, cfg, self.live))
         status = self.status.loop(r.store, r.recorder, r.forwarders, r.stop_house)
-        r.house_tasks.append(tg.create_task(status, name="status"))
+        r.house_tasks.append(r.tg.create_task(status, name="status"))
         retention = cfg.store.retention
         if isinstance(retention, RetentionSettings) and cfg.upstreams:
             prune = run_retention(r.store, retention, self.clock, r.stop_house)
-            r.house_tasks.append(tg.create_task(prune, name="retention"))
+            r.house_tasks.append(r.tg.create_task(prune, name="retention"))
+
+    def start_upstreams(self, r: Running, forwarders: Sequence[UpstreamTask]) -> None:
+        """Start forwarders; each sink that takes one gets this process's MQTT Will first."""
+        self.status.arm_wills(forwarders)  # before any sink connects
+        for f in forwarders:
+            r.start_upstream(f)
 
     def _announce_ready(self) -> None:
         self.ready.set()
@@ -326,7 +223,7 @@ class Service:
             os.getpid(),
         )
 
-    async def _stop(self, r: _Running) -> StopSequence:
+    async def _stop(self, r: Running) -> StopSequence:
         """Stop in order, each step bounded: pollers, recorder, forwarders' drain, housekeeping."""
         b = self.budget
         sdnotify.notify("STOPPING=1")
@@ -336,12 +233,12 @@ class Service:
             b.hard_stop_s,
         )
         stopping = StopSequence(b)
-        r.stop_polling.set()
-        await stopping.wait_tasks(r.poller_tasks, b.pollers_s, "pollers")
+        r.stop_polling()
+        await stopping.wait_tasks(r.device_tasks(), b.pollers_s, "pollers")
         r.stop_recorder.set()
         await stopping.wait_tasks(r.recorder_tasks, b.recorder_s, "recorder")
-        r.stop_forwarding.set()
-        await stopping.wait_tasks(r.forwarder_tasks, b.forwarders_s, "forwarders")
+        r.stop_forwarding()
+        await stopping.wait_tasks(r.upstream_tasks(), b.forwarders_s, "forwarders")
         last = self.status.write(r.store, r.recorder, r.forwarders, stopped=True)
         await stopping.step(last, b.close_s, "last status")
         r.stop_house.set()
@@ -368,24 +265,9 @@ async def _close_store(store: Store, stopping: StopSequence | None) -> None:
     await stopping.step(store.close(), stopping.budget.close_s, "closing the store")
 
 
-async def resume_points(path: str, devices: Sequence[str]) -> dict[str, Resume]:
-    """Where each device's pollers resume, read from the store on a read-only connection."""
-    async with await Reader.open(path) as reader:
-        points = await reader.resume_points(devices)
-    for device, p in points.items():
-        if p.boot is not None:
-            log.info(
-                "resuming device=%s boot_id=%s positions=%s ring_head=%s",
-                device,
-                p.boot,
-                ",".join(f"{ch}:{tid}" for ch, tid in sorted(p.counters.items())) or "-",
-                p.ring_head,
-            )
-    return points
-
-
 async def serve(cfg: Config, *, db: str | None = None) -> int:
-    """Entry point of `edge-agent run`: run until SIGTERM/SIGINT."""
+    """Entry point of `edge-agent run`: run until SIGTERM/SIGINT; SIGHUP reloads (`agent.service.reload`)."""
     stop = asyncio.Event()
-    install_signal_handlers(stop)
-    return await Service(cfg, db=db).run(stop)
+    service = Service(cfg, db=db)
+    install_signal_handlers(stop, lambda force: service.reloads.ask(force=force))
+    return await service.run(stop)

@@ -1,4 +1,5 @@
-"""The service's event loop hooks: SIGTERM/SIGINT set the stop event; known library noise is one line.
+"""The service's event loop hooks: SIGTERM/SIGINT set the stop event, SIGHUP/SIGUSR2 ask for a
+reload; known library noise is one line.
 
 Installs handlers on the running loop only; decides nothing about what stopping means (see
 `agent.service.run` and `agent.service.shutdown`).
@@ -10,6 +11,7 @@ import asyncio
 import errno
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -36,9 +38,14 @@ def loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     loop.default_exception_handler(context)
 
 
-def install_signal_handlers(stop: asyncio.Event) -> None:
-    """SIGTERM and SIGINT set `stop`; the loop's exception handler becomes `loop_exception`."""
+def install_signal_handlers(stop: asyncio.Event, reload: Callable[[bool], None] | None = None) -> None:
+    """SIGTERM and SIGINT set `stop`; SIGHUP calls `reload(False)` and SIGUSR2 `reload(True)` (a
+    reload that may change identity, `edge-agent reload --force`); the loop's exception handler
+    becomes `loop_exception`."""
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(loop_exception)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, reload, False)
+        loop.add_signal_handler(signal.SIGUSR2, reload, True)

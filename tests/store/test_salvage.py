@@ -19,7 +19,7 @@ from agent.config.loader import Config, StoreConfig
 from agent.core.contract import Anomaly, Delivery
 from agent.core.intake import parse_delivery
 from agent.core.send_outcome import DELIVERED
-from agent.service.run import open_store
+from agent.service.store_open import open_store
 from agent.store.salvage import SalvageReport
 from agent.store.store import Store
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.config.loader import Config, StoreConfig
-from agent.service.run import open_store
+from agent.service.store_open import open_store
 from agent.store.wal_check import FRAME_HEADER, HEADER, wal_damage
 
 COMMITS = 12
