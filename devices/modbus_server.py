@@ -70,6 +70,7 @@ class ModbusSimServer:
         self._image: list[int] = []
         self._synced_version = -1
         self.function_codes: set[int] = set()  # of client requests (tests: the agent only reads)
+        self.accepted = 0  # connections accepted since the first start (tests: was one ever reopened?)
 
     @property
     def listening(self) -> bool:
@@ -90,6 +91,13 @@ class ModbusSimServer:
             action=self._action,
         )
         server = ModbusTcpServer(device, address=(self.host, self.port))
+        accept = server.callback_new_connection  # looked up on each connection (handle_new_connection)
+
+        def counted() -> Any:
+            self.accepted += 1
+            return accept()
+
+        server.callback_new_connection = counted  # type: ignore[method-assign]
         await server.serve_forever(background=True)
         self._server = server
         self.port = int(cast(Any, server.transport).sockets[0].getsockname()[1])

@@ -11,69 +11,18 @@ import asyncio
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_process import start_agent, write_config
+from agent_process import connections, eventually, start_agent, status_when, stored, write_config
 
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
 from devices.upstream import Receiver
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def status_json(config: Path) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "agent", "status", "-c", str(config), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-    return dict(json.loads(out))
-
-
-def stored(db: Path) -> dict[tuple[str, str, str], int]:
-    con = sqlite3.connect(db)
-    try:
-        rows = con.execute(
-            "SELECT source, transition_id, boot_id, count(*) FROM events GROUP BY 1, 2, 3"
-        ).fetchall()
-    except sqlite3.OperationalError:
-        return {}
-    finally:
-        con.close()
-    return {(r[0], r[1], r[2]): r[3] for r in rows}
-
-
-async def eventually(check: Any, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.1)
-
-
-def connections(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The service's device connections by device, as `status --json` shows them (none yet: {})."""
-    return {c["device"]: c for c in (status.get("service") or {}).get("connections", [])}
-
-
-async def status_when(config: Path, check: Any, timeout: float = 30.0) -> dict[str, Any]:
-    """`status --json`, asked again until `check(status)` holds (the service writes it every 2 s)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        status = await asyncio.to_thread(status_json, config)
-        if check(status):
-            return status
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"status never showed the condition: {json.dumps(status)[:2000]}")
-        await asyncio.sleep(0.2)
 
 
 def both_pumps_up(status: dict[str, Any]) -> bool:
