@@ -91,7 +91,7 @@ class ModbusSimServer:
             action=self._action,
         )
         server = ModbusTcpServer(device, address=(self.host, self.port))
-        accept = server.callback_new_connection  # looked up on each connection (handle_new_connection)
+        accept: Any = server.callback_new_connection  # looked up on each connection (handle_new_connection)
 
         def counted() -> Any:
             self.accepted += 1

@@ -20,6 +20,7 @@ from agent.cli.ledger.group import ledger_group
 from agent.cli.outbox import outbox_cmd, replay_cmd
 from agent.cli.prune import prune_cmd
 from agent.cli.records import boots_cmd, import_cmd, pending_cmd, report_cmd
+from agent.cli.reload import reload_cmd
 from agent.cli.review import review_cmd
 from agent.cli.service import run_cmd, status_cmd
 from agent.config.store import DEFAULT_CONFIG
@@ -37,6 +38,7 @@ COMMANDS = (
     prune_cmd,
     run_cmd,
     status_cmd,
+    reload_cmd,
     check,
     certs,
     demo_cmd,

@@ -20,6 +20,7 @@ import click
 from agent.cli import render
 from agent.cli.context import EX_CONFIG, EX_IOERR, EX_NOPERM, Context, run_async
 from agent.cli.liveness import NOT_RESPONDING, RUNNING, STOPPED, liveness
+from agent.cli.reload import config_lines
 from agent.config.access import unreadable_now
 from agent.config.loader import Config, load
 from agent.config.retention import RetentionSettings
@@ -221,6 +222,10 @@ _KNOWN_LIVE = {
     "updated_at",
     "age_s",
     "storage",
+    "config_hash",
+    "config_loaded_at",
+    "last_reload",
+    "reloads",
 }
 
 
@@ -256,6 +261,7 @@ def _service_lines(status: dict[str, Any]) -> list[str]:
     out += _failing_lines(svc)
     if svc.get("storage"):
         out.append(wear.storage_line(svc["storage"]))
+    out += config_lines(svc)
     for key in sorted(set(svc) - _KNOWN_LIVE - _FAILING_KEYS):
         if svc[key] not in (None, {}, []):
             out += render.wrapped(key.replace("_", " "), render.cell(svc[key]))

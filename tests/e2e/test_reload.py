@@ -3,7 +3,8 @@
 Ten busy simulated PLCs; the reload removes one and adds another. The untouched nine keep their
 connections (counted where the simulator accepts them, not where the agent says), record no gap,
 and lose nothing; the removed one's connection closes and what it recorded is still delivered;
-the added one starts. Then an invalid file: nothing changes, the problem is said with file:line.
+the added one starts. Then an invalid file (SIGHUP, as `systemctl reload` sends it) and a new site
+(`edge-agent reload`): nothing changes, the problem is said with file:line, the refusal with its reason.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import json
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from agent_process import connections, eventually, start_agent, status_json, status_when, stored
+from agent_process import agent_env, connections, eventually, start_agent, status_json, status_when, stored
 
 from devices.controller import ChannelSpec, Controller
 from devices.plant import Plant
@@ -36,6 +39,11 @@ def write(path: Path, plant: Plant, names: list[str], upstream: dict[str, Any], 
         dev["poll"] = "100ms"
     doc = {"site": "plant-1", "gateway": "gw-reload", "store": {"path": str(db)}, "upstreams": [upstream]}
     path.write_text(yaml.safe_dump({**doc, "devices": devices}, sort_keys=False))
+
+
+def reload_cli(config: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "agent", "reload", "-c", str(config), "--wait", "20"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=agent_env())
 
 
 def ticks_missed(status: dict[str, Any]) -> dict[str, int]:
@@ -100,7 +108,11 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
             invalid = await status_when(
                 config, lambda s: ((s["service"] or {}).get("last_reload") or {}).get("result") == "invalid"
             )
-            await asyncio.sleep(1)
+            # `edge-agent reload` (the command): a new site is an identity change, refused, exit 1.
+            config.write_text(good.replace("site: plant-1", "site: plant-9"))
+            cli = await asyncio.to_thread(reload_cli, config)
+            refused = status_json(config)["service"]
+            config.write_text(good)
             busy.set()
             await loading
             await eventually(lambda: made <= set(stored(db)), timeout=40)
@@ -136,6 +148,14 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
     assert any(f"{config}:" in p and "poll" in p for p in problems), problems
     assert invalid["service"]["config_hash"] == applied["service"]["config_hash"], "nothing changed"
     assert set(connections(after)) == set(AFTER)
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    assert "reload REFUSED" in cli.stdout and "site changes from 'plant-1' to 'plant-9'" in cli.stdout, (
+        cli.stdout
+    )
+    assert (
+        refused["last_reload"]["result"] == "refused"
+        and refused["config_hash"] == invalid["service"]["config_hash"]
+    )
     assert "reload applied: devices: +PLC-11 -PLC-10, 9 unchanged" in text, text
     missed_before, missed_after = ticks_missed(before), ticks_missed(after)
     grown = {n: missed_after[n] - missed_before[n] for n in AFTER[:9]}
