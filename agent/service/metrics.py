@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent.core.contract import Decision
+from agent.core.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class SnapshotCollector(Collector):
         yield from _tasks(snap)
         yield from _salvage(snap)
         yield from _storage(snap)
+        yield from _config(snap)
         yield GaugeMetricFamily(
             "edge_agent_store_bytes", "Database file + WAL", value=snap.get("store_bytes", 0)
         )
@@ -110,6 +112,38 @@ def _storage(snap: dict[str, Any]) -> Iterator[Metric]:
             "store.write_budget: the bytes per second the process may write to storage",
             value=figures["budget_bytes_per_s"],
         )
+
+
+RELOAD_RESULTS = ("applied", "invalid", "refused")
+
+
+def _config(snap: dict[str, Any]) -> Iterator[Metric]:
+    """The configuration in force (its fingerprint as a label), when it was loaded, and the reloads
+    by result (each from 0): a failed reload keeps the old configuration running, which is easy to
+    miss, so the last one's success is a gauge of its own for an alert."""
+    if snap.get("config_hash"):
+        info = GaugeMetricFamily("edge_agent_config_info", "1: the configuration in force", labels=["hash"])
+        info.add_metric([str(snap["config_hash"])], 1)
+        yield info
+    if snap.get("config_loaded_at"):
+        yield GaugeMetricFamily(
+            "edge_agent_config_loaded_timestamp_seconds",
+            "When the configuration in force was loaded (the start or the last reload applied)",
+            value=parse_timestamp(snap["config_loaded_at"], "config_loaded_at").timestamp(),
+        )
+    counts = snap.get("reloads") or {}
+    reloads = CounterMetricFamily(
+        "edge_agent_config_reloads", "Reloads asked for, by result", labels=["result"]
+    )
+    for result in RELOAD_RESULTS:
+        reloads.add_metric([result], counts.get(result, 0))
+    yield reloads
+    last = (snap.get("last_reload") or {}).get("result", "applied")
+    yield GaugeMetricFamily(
+        "edge_agent_config_last_reload_successful",
+        "0 when the last reload was invalid or refused (the configuration in force is the older one)",
+        value=1 if last == "applied" else 0,
+    )
 
 
 def _salvage(snap: dict[str, Any]) -> Iterator[Metric]:
