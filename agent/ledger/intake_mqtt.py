@@ -77,6 +77,9 @@ class MqttSubscriber:
         self.writer = writer
         self.committed_messages = 0
         self.connected = False  # subscribed on a live connection
+        # Subscriptions this client id's persistent session may still hold and must not: the one a
+        # reload replaced (the broker keeps a session's subscriptions across reconnects).
+        self.forget: tuple[str, ...] = ()
         self._settle = asyncio.Lock()  # held from a batch's commit to its last PUBACK
         self._warned = False
 
@@ -117,6 +120,8 @@ class MqttSubscriber:
                         # persistent session may still hold that subscription, which would deliver
                         # every message twice (one arrival, by its key, but twice the work).
                         await client.unsubscribe(f"$share/{LEGACY_GROUP}/{self.settings.topic}")
+                    for old in self.forget:
+                        await client.unsubscribe(old)
                     if self.settings.group is not None and failures == 0 and not self._warned:
                         self._warned = True
                         log.warning(

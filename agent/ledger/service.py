@@ -4,6 +4,7 @@ Start: read the password file, try PostgreSQL once (and migrate); when it is dow
 still start and refuse to acknowledge (HTTP 503, MQTT holds its PUBACKs) until it returns.
 The notifier (when `notify` rules exist) works on its own connection, woken by the arbiter's
 NOTIFY and polling every second anyway.
+SIGHUP: read `ledger.yaml` again without stopping (`agent.ledger.reload`).
 SIGTERM / SIGINT: stop taking new work, let in-flight batches commit (or fail unacknowledged),
 let in-flight notifications settle, close, exit 0.
 """
@@ -14,20 +15,30 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 from agent.ledger.config import LedgerConfig
 from agent.ledger.errors import LedgerUnavailable
-from agent.ledger.intake_mqtt import MqttSubscriber
+from agent.ledger.reload import LedgerParts
 from agent.ledger.side_servers import side_servers
-from agent.ledger.status_intake import StatusStore, run_mqtt
+from agent.ledger.status_intake import StatusStore
 from agent.ledger.writer import Writer
 
 log = logging.getLogger(__name__)
 
 
-async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Event | None = None) -> None:
-    """Run until `stop` is set (or SIGTERM/SIGINT when no event is given)."""
-    stop = stop or _stop_on_signals()
+async def run(
+    config: LedgerConfig,
+    *,
+    dsn: str | None = None,
+    stop: asyncio.Event | None = None,
+    reload: asyncio.Event | None = None,
+) -> None:
+    """Run until `stop` is set (or SIGTERM/SIGINT when no event is given); `reload` set (or SIGHUP
+    then) reads the configuration file again (`agent.ledger.reload`)."""
+    asked = reload or asyncio.Event()
+    if stop is None:
+        stop = _on_signals(asked)
     password = (
         Path(config.password_file).read_text(encoding="utf-8").rstrip("\r\n")
         if config.password_file
@@ -49,12 +60,9 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
         from agent.ledger.intake_http import HttpServer
 
         http = HttpServer(config.http, writer)
-    mqtt = MqttSubscriber(config.mqtt, writer) if config.mqtt is not None else None
     notifier = None
     if config.notify:
-        from agent.ledger.notifier import Notifier
-
-        notifier = Notifier(dsn or config.dsn, password=password)
+        notifier = _notifier(dsn or config.dsn, password)
     statuses = StatusStore(dsn or config.dsn, password=password)
     if http is not None:
         http.status_store = statuses
@@ -62,19 +70,18 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
         if http is not None:
             await http.start()
         async with asyncio.TaskGroup() as tg:
-            if mqtt is not None:
-                tg.create_task(mqtt.run(stop), name="mqtt-intake")
-            if config.mqtt is not None:
-                tg.create_task(
-                    run_mqtt(config.mqtt, config.status_topic, statuses, stop), name="status-intake"
-                )
-            for name, side in side_servers(config, dsn or config.dsn, password, stop):
+            parts = LedgerParts(
+                tg, config, writer, statuses, notifier=lambda: _notifier(dsn or config.dsn, password)
+            )
+            parts.start_intakes(config)
+            for name, side in side_servers(config, dsn or config.dsn, password, stop, reloads=parts.hooks):
                 tg.create_task(side, name=name)
             if notifier is not None:
-                tg.create_task(notifier.run(stop), name="notifier")
+                parts.start("notifier", notifier.run)
             log.info("ledger running")
-            await stop.wait()
+            await _serve_reloads(parts, stop, asked)
             log.info("ledger stopping")
+            parts.stop_all()
     finally:
         if http is not None:
             await http.stop()
@@ -82,9 +89,33 @@ async def run(config: LedgerConfig, *, dsn: str | None = None, stop: asyncio.Eve
         await writer.close()
 
 
-def _stop_on_signals() -> asyncio.Event:
+def _notifier(dsn: str | None, password: str | None) -> Any:
+    from agent.ledger.notifier import Notifier  # imported only when rules exist
+
+    return Notifier(dsn, password=password)
+
+
+async def _serve_reloads(parts: LedgerParts, stop: asyncio.Event, asked: asyncio.Event) -> None:
+    """Until `stop`: each reload asked for (SIGHUP) is done, one at a time."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            waiting = asyncio.ensure_future(asked.wait())
+            await asyncio.wait({stopping, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            if stop.is_set():
+                return
+            asked.clear()
+            await parts.reload()
+    finally:
+        stopping.cancel()
+
+
+def _on_signals(reload: asyncio.Event) -> asyncio.Event:
+    """SIGTERM/SIGINT set the returned stop event; SIGHUP sets `reload`."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload.set)
     return stop

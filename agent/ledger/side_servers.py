@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from agent.ledger.config import LedgerConfig
@@ -14,8 +14,13 @@ log = logging.getLogger(__name__)
 
 
 def side_servers(
-    config: LedgerConfig, dsn: str | None, password: str | None, stop: asyncio.Event
+    config: LedgerConfig,
+    dsn: str | None,
+    password: str | None,
+    stop: asyncio.Event,
+    reloads: list[Callable[[LedgerConfig], None]] | None = None,
 ) -> Iterator[tuple[str, Coroutine[Any, Any, None]]]:
+    """The servers `config` asks for; `reloads` gets what a reload must redo (the page's token)."""
     if config.metrics is None and config.web is None:
         return  # neither: the web modules (aiohttp, the review page) are never imported
     from agent.ledger import metrics
@@ -32,9 +37,10 @@ def side_servers(
         )
     if config.web is not None:
         w = config.web
-        page = make_app(
-            Pool(dsn, size=4, password=password), Guard.from_file(w.token_file), silent_after=w.silent_after_s
-        )
+        guard = Guard.from_file(w.token_file)
+        page = make_app(Pool(dsn, size=4, password=password), guard, silent_after=w.silent_after_s)
+        if reloads is not None:
+            reloads.append(lambda new: guard.reread(new.web.token_file if new.web is not None else None))
         yield (
             "web",
             serve(page, w.host, w.port, stop=stop, ready=lambda p: _said("review page", w.host, p, "/")),

@@ -50,7 +50,7 @@ class Writer:
         require_sync_standby: bool = False,
     ) -> None:
         self._dsn = dsn
-        self._rules = tuple(rules)
+        self.rules = tuple(rules)  # replaced by a reload; read once per batch
         self._password = password
         self._clock = clock
         self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
@@ -162,7 +162,7 @@ class Writer:
                             if not failover.unavailable(exc):
                                 raise
                             raise LedgerUnavailable(f"PostgreSQL: {exc}") from exc
-                    outcomes = await arbiter.record(conn, batch, rules=self._rules)
+                    outcomes = await arbiter.record(conn, batch, rules=self.rules)
                 except LedgerUnavailable as exc:
                     if self._withholding and conn is self._conn and not conn.closed:
                         raise  # the server is there; the standby is not: keep the connection

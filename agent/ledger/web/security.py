@@ -46,6 +46,13 @@ class Guard:
             raise ValueError(f"{token_file}: the token file is empty")
         return cls(token)
 
+    def reread(self, token_file: str | None) -> None:
+        """The token from `token_file` again (a reload); a new token ends every session signed
+        before it. An unreadable or empty file raises and changes nothing."""
+        token = Guard.from_file(token_file).token
+        if token != self.token:
+            self.token, self._key = token, secrets.token_bytes(32)
+
     @property
     def writable(self) -> bool:
         return self.token is not None
