@@ -356,6 +356,8 @@ def _upstream_lines(ups: list[dict[str, Any]], live: dict[str, Any]) -> list[str
             out += render.wrapped(f"{name}: oldest pending row's last error", u["head_error"])
         if u.get("last_rejection"):
             out += render.wrapped(f"{name}: last rejection", u["last_rejection"])
+        if live and name not in live:  # removed from the configuration: its rows stay in the store
+            out.append(f"  {name}: not in the configuration in force; its rows stay (`edge-agent outbox`)")
         if u.get("awaiting_receipt"):
             out.append(
                 f"  {name}: {u['awaiting_receipt']} sent, awaiting the ledger's receipt"

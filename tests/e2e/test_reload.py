@@ -33,11 +33,11 @@ NAMES = [f"PLC-{i:02d}" for i in range(1, 12)]  # PLC-11 joins at the reload, PL
 FIRST, AFTER = NAMES[:10], NAMES[:9] + NAMES[10:]
 
 
-def write(path: Path, plant: Plant, names: list[str], upstream: dict[str, Any], db: Path) -> None:
+def write(path: Path, plant: Plant, names: list[str], upstreams: list[dict[str, Any]], db: Path) -> None:
     devices = [d for d in plant.device_configs() if d["name"] in names]
     for dev in devices:
         dev["poll"] = "100ms"
-    doc = {"site": "plant-1", "gateway": "gw-reload", "store": {"path": str(db)}, "upstreams": [upstream]}
+    doc = {"site": "plant-1", "gateway": "gw-reload", "store": {"path": str(db)}, "upstreams": upstreams}
     path.write_text(yaml.safe_dump({**doc, "devices": devices}, sort_keys=False))
 
 
@@ -62,7 +62,7 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
     rng = random.Random(7)
     busy = asyncio.Event()
 
-    async with Plant(ctrls, opcua_port=None) as plant, Receiver() as rx:
+    async with Plant(ctrls, opcua_port=None) as plant, Receiver() as rx, Receiver() as rx2:
 
         async def load() -> None:  # about 40 transitions a second over the active PLCs
             while not busy.is_set():
@@ -73,8 +73,9 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
                 await asyncio.sleep(0.025)
 
         upstream = {"name": "historian", "http": {"url": rx.url + "/ingest", "batch_size": 50}}
+        archive = {"name": "archive", "http": {"url": rx2.url + "/ingest"}}  # added by the reload
         config, db, log = tmp_path / "config.yaml", tmp_path / "events.db", tmp_path / "agent.log"
-        write(config, plant, FIRST, upstream, db)
+        write(config, plant, FIRST, [upstream], db)
         agent = await start_agent(config, log)
         try:
             await eventually(lambda: db.exists() and "started" in log.read_text())
@@ -90,7 +91,7 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
             accepted = {n: plant.modbus[n].accepted for n in NAMES}
             before = status_json(config)
 
-            write(config, plant, AFTER, upstream, db)
+            write(config, plant, AFTER, [upstream, archive], db)
             agent.send_signal(signal.SIGHUP)
             applied = await status_when(
                 config,
@@ -136,11 +137,14 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
         src.startswith("PLC-11/") for src, _, _ in events
     )
     assert rx.stats()["distinct"] >= len(events), json.dumps(rx.stats())
+    assert 0 < rx2.stats()["distinct"] < len(events), "the added upstream: what came after it (backfill none)"
 
     reload = applied["service"]["last_reload"]
     assert reload["changes"]["devices_added"] == ["PLC-11"]
     assert reload["changes"]["devices_removed"] == ["PLC-10"]
     assert reload["changes"]["devices_changed"] == [] and len(reload["changes"]["devices_unchanged"]) == 9
+    assert reload["changes"]["upstreams_added"] == ["archive"]
+    assert reload["changes"]["upstreams_unchanged"] == ["historian"]
     assert set(connections(applied)) == set(AFTER)
     assert applied["service"]["config_hash"] != first["config_hash"]
 
@@ -156,7 +160,7 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
         refused["last_reload"]["result"] == "refused"
         and refused["config_hash"] == invalid["service"]["config_hash"]
     )
-    assert "reload applied: devices: +PLC-11 -PLC-10, 9 unchanged" in text, text
+    assert "reload applied: devices: +PLC-11 -PLC-10, 9 unchanged; upstreams: +archive, 1 unchanged" in text
     missed_before, missed_after = ticks_missed(before), ticks_missed(after)
     grown = {n: missed_after[n] - missed_before[n] for n in AFTER[:9]}
     ahead = {n: missed_before[n] - ticks_missed(first_status).get(n, 0) for n in AFTER[:9]}
