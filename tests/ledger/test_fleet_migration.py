@@ -1,6 +1,7 @@
-"""Migration 0005 on a ledger of version 4 with rows in it: `gateway_status` keyed by (site, gateway),
-each old row given the site its record names, else the site of its gateway's latest arrival whose
-site is known, else '' (not known); the records themselves unchanged; the fleet reads them after."""
+"""Migration 0005 on a ledger of version 4 with rows in it, in both layouts (plain, and partitioned
+by source as the layout was at version 4): `gateway_status` keyed by (site, gateway), each old row
+given the site its record names, else the site of its gateway's latest arrival whose site is known,
+else '' (not known); the records themselves unchanged; the fleet reads them after."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from test_fleet_sites import STORE_ID, T0
 
 from agent.core.intake import parse_delivery
 from agent.core.records import Entry, Transition
-from agent.ledger import arbiter, cloudevents, gateway_status, migrations
+from agent.ledger import arbiter, cloudevents, gateway_status, layout, migrations
 from agent.ledger.arrivals import from_import
 from agent.ledger.connection import connect
 from agent.ledger.web import queries
@@ -29,8 +30,17 @@ def event(site: str, gateway: str, n: int) -> bytes:
     ).body
 
 
+def layout_at_version_4() -> str:
+    """The partitioned layout as it was before migration 0005 (no fleet index: no arrival_site yet)."""
+    lines = layout.script().splitlines(keepends=True)
+    kept = [line for line in lines if "arrival_gateway_site_received" not in line]
+    assert len(kept) == len(lines) - 1
+    return "".join(kept)
+
+
+@pytest.mark.parametrize("partitioned", [False, True], ids=["plain", "partitioned"])
 async def test_version_4_rows_get_their_site_and_the_fleet_reads_them(
-    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, partitioned: bool
 ) -> None:
     every = migrations.migrations()
     assert [m.version for m in every][-1] == 5 and every[-1].name == "fleet_by_site"
@@ -39,6 +49,10 @@ async def test_version_4_rows_get_their_site_and_the_fleet_reads_them(
         monkeypatch.setattr(migrations, "migrations", lambda: every[:4])
         assert await migrations.migrate(conn) == [1, 2, 3, 4]
         monkeypatch.undo()
+        if partitioned:
+            async with conn.transaction():
+                await conn.execute("SELECT set_config('ledger.partitions', '4', true)")
+                await conn.execute(layout_at_version_4().encode())
         # gw-2's arrivals: one its encoder made at site area/plant-2, then an import line (no site).
         body = b"[" + event("area/plant-2", "gw-2", 1) + b"]"
         await arbiter.record(conn, cloudevents.parse_body(body, batch=True, via="mqtt", now=T0))
@@ -66,6 +80,10 @@ async def test_version_4_rows_get_their_site_and_the_fleet_reads_them(
             " ORDER BY array_position(i.indkey::int2[], a.attnum)"
         )
         assert [r[0] for r in await cur.fetchall()] == ["site", "gateway"]
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%arrival_site(via, kind, source)%'"
+        )
+        assert (await cur.fetchone() or [0])[0] == (5 if partitioned else 1), "the fleet's index"
 
         # The same gateway name at another site is another row; the fleet reads both kinds.
         assert await gateway_status.record(conn, {"site": "plant-9", "gateway": "gw-1", "at": T0}, "http")
