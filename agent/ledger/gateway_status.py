@@ -1,9 +1,10 @@
 """The latest status record of each gateway (operator.md section 3): kept apart from the events.
 
-A gateway publishes a small JSON object every `status_every` seconds: its name, its version,
-the backlog and oldest pending age of each upstream, its store's room, each device's link. It has
-no identity and is never an event: it never enters the event tables, only `gateway_status`, one
-row per gateway, replaced only by a strictly newer record: the same record again (a broker delivers
+A gateway publishes a small JSON object every `status_every` seconds: its site and name, its
+version, the backlog and oldest pending age of each upstream, its store's room, each device's
+link. It has no identity and is never an event: it never enters the event tables, only
+`gateway_status`, one row per gateway keyed by (site, gateway) (two sites' `gw-1` are two
+gateways), replaced only by a strictly newer record: the same record again (a broker delivers
 a retained record on every subscription) or an older one arriving late changes nothing, so it
 cannot make a dead gateway look heard (operator.md section 3). The fleet reads a status as heard
 at its own `at`, never later than it was received (`agent.ledger.web.queries.FLEET`).
@@ -28,7 +29,7 @@ class BadStatus(ValueError):
 
 
 def parse(body: bytes) -> dict[str, Any]:
-    """The status object from a message body, checked: a gateway name, a time, optional parts."""
+    """The status object from a message body, checked: a site, a gateway name, a time, optional parts."""
     if len(body) > MAX_BYTES:
         raise BadStatus(f"status record over {MAX_BYTES} bytes")
     try:
@@ -40,6 +41,9 @@ def parse(body: bytes) -> dict[str, Any]:
     gw = doc.get("gateway")
     if not isinstance(gw, str) or not gw or len(gw) > 200:
         raise BadStatus("`gateway` must be a non-empty name")
+    site = doc.get("site")
+    if not isinstance(site, str) or not site or len(site) > 200:
+        raise BadStatus("`site` must be a non-empty name (the fleet is keyed by site and gateway)")
     at = doc.get("at")
     if not isinstance(at, str):
         raise BadStatus("`at` must be an RFC 3339 time")
@@ -56,9 +60,9 @@ def parse(body: bytes) -> dict[str, Any]:
 
 
 UPSERT = """
-INSERT INTO gateway_status AS s (gateway, agent_version, reported_at, received_at, via, status)
-VALUES (%(gateway)s, %(version)s, %(at)s, now(), %(via)s, %(status)s::jsonb)
-ON CONFLICT (gateway) DO UPDATE SET agent_version = EXCLUDED.agent_version,
+INSERT INTO gateway_status AS s (site, gateway, agent_version, reported_at, received_at, via, status)
+VALUES (%(site)s, %(gateway)s, %(version)s, %(at)s, now(), %(via)s, %(status)s::jsonb)
+ON CONFLICT (site, gateway) DO UPDATE SET agent_version = EXCLUDED.agent_version,
   reported_at = EXCLUDED.reported_at, received_at = EXCLUDED.received_at, via = EXCLUDED.via,
   status = EXCLUDED.status
 WHERE s.reported_at IS NULL OR EXCLUDED.reported_at > s.reported_at
@@ -71,21 +75,23 @@ WHERE s.reported_at IS NULL OR EXCLUDED.reported_at > s.reported_at
 OFFLINE = """
 UPDATE gateway_status SET status = status || jsonb_build_object(
   'state', 'offline', 'offline_reason', %(reason)s::text, 'offline_seen_at', now())
-WHERE gateway = %(gateway)s AND status->>'session' = %(session)s
+WHERE site = %(site)s AND gateway = %(gateway)s AND status->>'session' = %(session)s
   AND coalesce(status->>'state', 'running') = 'running'
 """
 
 
 async def record(conn: Conn, status: dict[str, Any], via: str) -> bool:
-    """Keep `status` as its gateway's latest (committed). False when the one kept is not older
-    (a repeat of it, or a newer one). An `offline` record (the gateway's MQTT Will) marks the
-    record of its own session offline instead (False when it is not that session's)."""
+    """Keep `status` (checked by `parse`) as its (site, gateway)'s latest (committed). False when
+    the one kept is not older (a repeat of it, or a newer one). An `offline` record (the gateway's
+    MQTT Will) marks the record of its own session offline instead (False when it is not that
+    session's)."""
     if status.get("state") == "offline":
         reason = status.get("reason")
         session = status.get("session")
         cur = await conn.execute(
             OFFLINE,
             {
+                "site": status["site"],
                 "gateway": status["gateway"],
                 "session": session if isinstance(session, str) else None,
                 "reason": reason if isinstance(reason, str) else "offline",
@@ -97,6 +103,7 @@ async def record(conn: Conn, status: dict[str, Any], via: str) -> bool:
     cur = await conn.execute(
         UPSERT,
         {
+            "site": status["site"],
             "gateway": status["gateway"],
             "version": version if isinstance(version, str) else None,
             "at": status["at"],

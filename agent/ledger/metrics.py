@@ -6,7 +6,8 @@ Two kinds of figures:
   acknowledgements withheld (arrivals of those batches) and whether the intake withholds now;
 * read from the database at scrape time (a few indexed queries on a connection of its own):
   notifications by state and the oldest due one's age, the last arrival and status of each
-  gateway, the conflicts and pending arrivals open, the replication state this server reports;
+  gateway (labelled `site` and `gateway`: the fleet is keyed by both; `site` empty when not
+  known), the conflicts and pending arrivals open, the replication state this server reports;
 * the writer's failover figures (`agent.ledger.failover.GAUGES`: synchronous standby seen,
   batches refused for want of one, outages, batches run again), read at each scrape.
 Names start with `edge_ledger_`; the gateway's start with `edge_agent_`.
@@ -83,19 +84,19 @@ OLDEST_DUE = Gauge(
 GATEWAY_LAST_ARRIVAL = Gauge(
     "edge_ledger_gateway_last_arrival_timestamp_seconds",
     "Unix time of the last arrival from each gateway (the ledger's clock)",
-    ["gateway"],
+    ["site", "gateway"],
     registry=REGISTRY,
 )
 GATEWAY_LAST_STATUS = Gauge(
     "edge_ledger_gateway_last_status_timestamp_seconds",
     "Unix time the ledger received each gateway's last status record",
-    ["gateway"],
+    ["site", "gateway"],
     registry=REGISTRY,
 )
 GATEWAY_LAST_HEARD = Gauge(
     "edge_ledger_gateway_last_heard_timestamp_seconds",
     "Unix time of the later of each gateway's last arrival and last status record",
-    ["gateway"],
+    ["site", "gateway"],
     registry=REGISTRY,
 )
 OPEN = Gauge(
@@ -185,13 +186,14 @@ async def refresh(conn: Any) -> None:
     GATEWAY_LAST_STATUS.clear()
     GATEWAY_LAST_HEARD.clear()
     for g in await queries.fetch(conn, queries.FLEET):
+        key = (g["site"], g["gateway"])
         heard = [t for t in (g["last_arrival"], g["status_heard_at"]) if t is not None]
         if heard:
-            GATEWAY_LAST_HEARD.labels(g["gateway"]).set(max(heard).timestamp())
+            GATEWAY_LAST_HEARD.labels(*key).set(max(heard).timestamp())
         if g["last_arrival"] is not None:
-            GATEWAY_LAST_ARRIVAL.labels(g["gateway"]).set(g["last_arrival"].timestamp())
+            GATEWAY_LAST_ARRIVAL.labels(*key).set(g["last_arrival"].timestamp())
         if g["status_heard_at"] is not None:
-            GATEWAY_LAST_STATUS.labels(g["gateway"]).set(g["status_heard_at"].timestamp())
+            GATEWAY_LAST_STATUS.labels(*key).set(g["status_heard_at"].timestamp())
     STANDBYS.clear()
     for state in ("sync", "quorum", "potential", "async"):
         STANDBYS.labels(state).set(0)

@@ -1,13 +1,13 @@
 """The gateways' status records reach the ledger (operator.md section 3), apart from the events.
 
 MQTT: a plain subscription to `status_topic` (default `+/status/+`, the gateways publish each
-record retained at QoS 1 on `<site>/status/<gateway>`): every ledger instance keeps the latest of
-each gateway; a record lost while the ledger was away is replaced by the next one (or the retained
-one on connect), so a clean session is right here. A record that arrives while PostgreSQL is away
-is held (the latest two of each gateway, in order: a record and its Will) and kept once it answers
-again (`StatusStore.hold`, `retry_held`), not dropped: a gateway that died meanwhile sends no
-next one. HTTP: a POST with the content type
-`application/vnd.edgeagent.status+json` to the HTTP intake (`handle_http`). Records go to
+record retained at QoS 1 on `<site>/status/<gateway>`, the record naming its site and gateway):
+every ledger instance keeps the latest of each (site, gateway); a record lost while the ledger was
+away is replaced by the next one (or the retained one on connect), so a clean session is right
+here. A record that arrives while PostgreSQL is away is held (the latest two of each (site,
+gateway), in order: a record and its Will) and kept once it answers again (`StatusStore.hold`,
+`retry_held`), not dropped: a gateway that died meanwhile sends no next one. HTTP: a POST with
+the content type `application/vnd.edgeagent.status+json` to the HTTP intake (`handle_http`). Records go to
 `gateway_status` only, on a connection of their own: never into the event tables, never through
 the Writer that acknowledges events.
 """
@@ -44,11 +44,12 @@ class StatusStore:
         self._conn: Any = None
         self._lock = asyncio.Lock()
         self.recorded = 0
-        self._held: dict[str, list[tuple[dict[str, Any], str]]] = {}  # gateway -> records not kept yet
+        # (site, gateway) -> records not kept yet
+        self._held: dict[tuple[str, str], list[tuple[dict[str, Any], str]]] = {}
 
     def hold(self, status: dict[str, Any], via: str) -> None:
-        """Keep `status` for `retry_held` (PostgreSQL was away): the latest two of its gateway."""
-        held = self._held.setdefault(str(status["gateway"]), [])
+        """Keep `status` for `retry_held` (PostgreSQL was away): the latest two of its (site, gateway)."""
+        held = self._held.setdefault((str(status["site"]), str(status["gateway"])), [])
         held.append((status, via))
         del held[:-2]
 
@@ -57,16 +58,16 @@ class StatusStore:
         return sum(len(v) for v in self._held.values())
 
     async def retry_held(self) -> int:
-        """Keep what was held, in order per gateway; what fails again stays held (before what was
+        """Keep what was held, in order per (site, gateway); what fails again stays held (before what was
         held meanwhile). Returns how many were kept; raises while PostgreSQL is still away."""
         kept = 0
-        for gateway in list(self._held):
-            queue = self._held.pop(gateway)
+        for key in list(self._held):
+            queue = self._held.pop(key)
             for i, (status, via) in enumerate(queue):
                 try:
                     await self.record(status, via)
                 except Exception:
-                    self._held[gateway] = (queue[i:] + self._held.get(gateway, []))[-2:]
+                    self._held[key] = (queue[i:] + self._held.get(key, []))[-2:]
                     raise
                 kept += 1
         return kept
@@ -162,7 +163,9 @@ async def _receive(client: aiomqtt.Client, store: StatusStore) -> None:
             await store.record(status, "mqtt")
         except Exception as exc:  # PostgreSQL away: held, kept when it answers again
             store.hold(status, "mqtt")
-            log.warning("status record of %s held, not kept yet: %s", status["gateway"], exc)
+            log.warning(
+                "status record of %s/%s held, not kept yet: %s", status["site"], status["gateway"], exc
+            )
 
 
 async def _retry_held(store: StatusStore, every_s: float = 2.0) -> None:

@@ -59,9 +59,9 @@ FILL = [
        SELECT 'plant/DEV-' || (g %% 500) || '/Trip', 'gap-' || g, 'B' || (g %% 7), 'gap', g::text, (g + 3)::text,
               %(t0)s::timestamptz + g * interval '1 minute', '{}'
        FROM generate_series(1, greatest(%(n)s / 100, 10)) g""",
-    """INSERT INTO gateway_status (gateway, agent_version, reported_at, received_at, via, status)
-       SELECT 'gw-' || k, '0.1.0', now(), now(), 'mqtt',
-              jsonb_build_object('gateway', 'gw-' || k, 'upstreams',
+    """INSERT INTO gateway_status (site, gateway, agent_version, reported_at, received_at, via, status)
+       SELECT 'plant', 'gw-' || k, '0.1.0', now(), now(), 'mqtt',
+              jsonb_build_object('site', 'plant', 'gateway', 'gw-' || k, 'upstreams',
                 jsonb_build_object('ledger', jsonb_build_object('backlog', k, 'oldest_pending_age_s', k)))
        FROM generate_series(0, 19) k""",
     """INSERT INTO review_mark (arrival_id, kind, note, marked_by)

@@ -165,7 +165,11 @@ async def test_every_named_metric_is_exported_and_the_status_record_reaches_the_
         "edge_agent_ticks_missed_total",
     ):
         assert re.search(rf"^{name}\{{", gw_text, re.M) or re.search(rf"^{name} ", gw_text, re.M), name
-    assert 'edge_ledger_gateway_last_status_timestamp_seconds{gateway="gw-mon"}' in ledger_text
+    # The fleet is keyed by (site, gateway): the status record names its site, an arrival's site is
+    # its CloudEvents source's (arrival_site, migration 0005).
+    for kind in ("status", "arrival", "heard"):
+        series = f'edge_ledger_gateway_last_{kind}_timestamp_seconds{{gateway="gw-mon",site="plant"}}'
+        assert series in ledger_text, series
     # Counters with labels have their series from the start (a ratio panel shows 0, not "No data");
     # the ledger's registry is this process's, which other tests of the worker may have counted in.
     assert 'edge_agent_decisions_total{decision="conflict"} 0.0' in gw_text

@@ -14,7 +14,13 @@ from agent.ledger.status_intake import StatusStore
 
 
 def rec(gateway: str, at: str, state: str = "running") -> dict[str, object]:
-    return {"gateway": gateway, "at": at, "state": state, "session": "2026-12-06T00:00:00.000Z"}
+    return {
+        "site": "plant-1",
+        "gateway": gateway,
+        "at": at,
+        "state": state,
+        "session": "2026-12-06T00:00:00.000Z",
+    }
 
 
 async def test_records_held_while_the_database_is_down_are_kept_in_order_when_it_is_back(

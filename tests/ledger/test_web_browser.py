@@ -287,7 +287,9 @@ def test_a_bidirectional_override_is_shown_escaped_in_the_browser(browser: Any, 
 
         conn = await connect(site["dsn"])
         try:
-            await gateway_status.record(conn, {"gateway": name, "at": "2026-12-06T02:00:00.000Z"}, "mqtt")
+            await gateway_status.record(
+                conn, {"site": "plant-1", "gateway": name, "at": "2026-12-06T02:00:00.000Z"}, "mqtt"
+            )
         finally:
             await conn.close()
 

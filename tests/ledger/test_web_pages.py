@@ -185,15 +185,22 @@ async def test_exports_hold_the_pages_rows_as_csv_and_json(client: TestClient) -
 
 async def test_overview_shows_the_fleet_and_marks_the_silent_gateway(client: TestClient) -> None:  # type: ignore[type-arg]
     doc = (await rows_of(client, "/"))[0]
-    fleet = {g["gateway"]: g for g in doc["fleet"]}
-    assert set(fleet) == {"gw-1", "gw-2", "import"}
-    assert fleet["gw-1"]["silent"] is False and fleet["gw-1"]["upstreams"] == [
+    fleet = {(g["site"], g["gateway"]): g for g in doc["fleet"]}
+    # The status records name their site; the imported arrivals do not (site None: not known).
+    assert set(fleet) == {
+        ("plant-1", "gw-1"),
+        ("plant-1", "gw-2"),
+        (None, "gw-1"),
+        (None, "gw-2"),
+        (None, "import"),
+    }
+    assert fleet["plant-1", "gw-1"]["silent"] is False and fleet["plant-1", "gw-1"]["upstreams"] == [
         "mqtt: 12 waiting, oldest 40 s"
     ]
-    assert fleet["gw-2"]["silent"] is True
+    assert fleet["plant-1", "gw-2"]["silent"] is True and fleet[None, "gw-2"]["silent"] is True
     assert doc["summary"]["conflicts_open"] == 2 and doc["summary"]["pending_open"] == 1
     text = await (await client.get("/")).text()
-    assert re.search(r"gw-2</a></td><td><span class=\"silent\">SILENT", text)
+    assert re.search(r"<td>plant-1</td><td><a [^>]*>gw-2</a></td><td><span class=\"silent\">SILENT", text)
 
 
 async def test_a_status_record_updates_the_overview_and_never_enters_the_event_tables(
@@ -207,6 +214,7 @@ async def test_a_status_record_updates_the_overview_and_never_enters_the_event_t
         rec = gateway_status.parse(
             json.dumps(
                 {
+                    "site": "plant-1",
                     "gateway": "gw-3",
                     "at": "2031-01-01T00:00:00Z",
                     "upstreams": {"http": {"backlog": 0, "oldest_pending_age_s": None}},
@@ -222,10 +230,13 @@ async def test_a_status_record_updates_the_overview_and_never_enters_the_event_t
         await conn.close()
     changed = [line for line in set(before.splitlines()) ^ set(after.splitlines())]
     assert changed and all("gw-3" in line for line in changed)  # only gateway_status's new row
-    fleet = {g["gateway"]: g for g in (await rows_of(client, "/"))[0]["fleet"]}
-    assert fleet["gw-3"]["silent"] is False and fleet["gw-3"]["upstreams"] == ["http: 0 waiting"]
+    fleet = {(g["site"], g["gateway"]): g for g in (await rows_of(client, "/"))[0]["fleet"]}
+    assert fleet["plant-1", "gw-3"]["silent"] is False
+    assert fleet["plant-1", "gw-3"]["upstreams"] == ["http: 0 waiting"]
     with pytest.raises(gateway_status.BadStatus):
-        gateway_status.parse(b'{"gateway": "", "at": "2030-01-01T00:00:00Z"}')
+        gateway_status.parse(b'{"site": "plant-1", "gateway": "", "at": "2030-01-01T00:00:00Z"}')
+    with pytest.raises(gateway_status.BadStatus, match="site"):
+        gateway_status.parse(b'{"gateway": "gw-3", "at": "2030-01-01T00:00:00Z"}')
 
 
 async def test_a_signed_in_same_origin_mark_is_appended_and_listed(filled: str, client: TestClient) -> None:  # type: ignore[type-arg]

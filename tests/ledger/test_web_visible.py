@@ -34,7 +34,7 @@ async def overview_of(dsn: str, status: dict[str, Any]) -> tuple[str, dict[str, 
 
 
 async def test_a_gateway_name_with_bidi_controls_is_shown_escaped(ledger_dsn: str) -> None:
-    status = {"gateway": NAME, "at": "2026-12-06T02:00:00.000Z", "upstreams": {}, "devices": {}}
+    status = {"site": NAME, "gateway": NAME, "at": "2026-12-06T02:00:00.000Z", "upstreams": {}, "devices": {}}
     page, doc = await overview_of(ledger_dsn, status)
     assert "\u202e" not in page and "\u202c" not in page and "\x1b" not in page
     assert "Pumpe \\u202eevil\\u202c\\x1b[31m" in page
@@ -49,7 +49,7 @@ async def test_a_status_from_the_future_is_heard_now_and_its_clock_flagged(ledge
     from agent.core.timestamps import format_timestamp
 
     ahead = format_timestamp(datetime.now(UTC) + timedelta(hours=1))
-    page, doc = await overview_of(ledger_dsn, {"gateway": "gw-fast", "at": ahead})
+    page, doc = await overview_of(ledger_dsn, {"site": "plant-1", "gateway": "gw-fast", "at": ahead})
     (gw,) = [g for g in doc["fleet"] if g["gateway"] == "gw-fast"]
     assert 3500 < gw["clock_ahead_s"] < 3700
     assert 0 <= gw["silent_s"] < 60, "heard when received, not an hour from now"

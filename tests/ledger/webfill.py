@@ -73,6 +73,7 @@ async def fill(conn: Any, tmp: Path) -> None:
     )
     await conn.commit()
     now = {
+        "site": "plant-1",
         "gateway": "gw-1",
         "at": "2030-01-01T00:00:00Z",
         "agent_version": "0.1.0",

@@ -1,5 +1,9 @@
 -- The ledger schema as the migrations make it: a normalised `pg_dump --schema-only`.
 -- Generated; never edit by hand. Regenerate: EDGE_LEDGER_WRITE_SCHEMA=1 pytest tests/ledger/test_schema.py
+CREATE FUNCTION public.arrival_site(via text, kind text, source text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN (via = 'import'::text) THEN ''::text WHEN (kind = ANY (ARRAY['transition'::text, 'gap'::text, 'anomaly'::text])) THEN COALESCE("substring"(source, '^(.+)/[^/]+/[^/]+$'::text), ''::text) WHEN (kind = ANY (ARRAY['boot_observed'::text, 'identity_incomplete'::text])) THEN COALESCE("substring"(source, '^(.+)/[^/]+$'::text), ''::text) ELSE ''::text END;
+
 CREATE TABLE public.anomaly (
     id bigint NOT NULL,
     source text NOT NULL,
@@ -124,6 +128,7 @@ CREATE TABLE public.gateway_status (
     received_at timestamp with time zone NOT NULL,
     via text NOT NULL,
     status jsonb NOT NULL,
+    site text NOT NULL,
     CONSTRAINT gateway_status_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text])))
 );
 
@@ -223,7 +228,7 @@ ALTER TABLE ONLY public.device_state
     ADD CONSTRAINT device_state_pkey PRIMARY KEY (device);
 
 ALTER TABLE ONLY public.gateway_status
-    ADD CONSTRAINT gateway_status_pkey PRIMARY KEY (gateway);
+    ADD CONSTRAINT gateway_status_pkey PRIMARY KEY (site, gateway);
 
 ALTER TABLE ONLY public.ledger_schema_version
     ADD CONSTRAINT ledger_schema_version_pkey PRIMARY KEY (version);
@@ -246,6 +251,8 @@ ALTER TABLE ONLY public.review_mark
 CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
 
 CREATE INDEX arrival_gateway_received ON public.arrival USING btree (gateway, received_at);
+
+CREATE INDEX arrival_gateway_site_received ON public.arrival USING btree (gateway, public.arrival_site(via, kind, source), received_at);
 
 CREATE INDEX canonical_event_source_ts ON public.canonical_event USING btree (source_ts);
 

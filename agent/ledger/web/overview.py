@@ -1,4 +1,4 @@
-"""The overview: the counts, and the fleet (each gateway's last arrival and last status)."""
+"""The overview: the counts, and the fleet (each (site, gateway)'s last arrival and last status)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,15 @@ def upstream_lines(status: dict[str, Any] | None) -> list[str]:
 
 
 def fleet_rows(rows: list[dict[str, Any]], silent_after: float) -> list[dict[str, Any]]:
-    """Each gateway with `silent` set when nothing (arrival or status) came for `silent_after` s."""
+    """Each (site, gateway) with `silent` set when nothing (arrival or status) came for `silent_after`
+    s. `site` is None when not known (arrivals of an import line or a rejected one: no site)."""
     out = []
     for r in rows:
         silent_s = r["silent_s"]
         status = r["status"] or {}
         out.append(
             {
+                "site": r["site"] or None,
                 "gateway": r["gateway"],
                 "last_arrival": r["last_arrival"],
                 "status_heard_at": r["status_heard_at"],
@@ -120,6 +122,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
         room = g["store_room_bytes"]
         rows.append(
             [
+                "-" if g["site"] is None else g["site"],
                 link(url("/events", {"gateway": g["gateway"]}), g["gateway"]),
                 mark,
                 silence,
@@ -136,6 +139,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
         tag("h2", "Fleet"),
         tag(
             "p",
+            "Each gateway is a site and a gateway name (two sites' gw-1 are two rows; site - when an "
+            "arrival does not say it: an import line, a rejected one). "
             f"A gateway is marked SILENT when neither an arrival nor a status record came from it for "
             f"{request.app[SILENT_AFTER]:.0f} s; OFFLINE when its connection to the broker ended without "
             "a stop (its MQTT Will: a crash, a power cut, the network); STOPPED after a clean stop.",
@@ -143,6 +148,7 @@ async def overview(request: web.Request) -> web.StreamResponse:
         ),
         table(
             [
+                "site",
                 "gateway",
                 "state",
                 "last heard",

@@ -64,24 +64,32 @@ SUMMARY: LiteralString = (
     " (SELECT count(*) FROM notification WHERE state = 'pending') AS notifications_pending"
 )
 
-# The last arrival of each gateway: a skip scan over arrival (gateway, received_at), one index
-# probe per gateway instead of a pass over every arrival. A status record is heard at its own time
-# (`reported_at`), never later than the ledger received it: a broker's retained copy delivered
-# again on a new subscription is an old record and says nothing about the gateway now.
+# The fleet, keyed by (site, gateway) (operator.md section 3): the last arrival of each pair is a
+# skip scan over arrival (gateway, arrival_site(...), received_at), one index probe per pair
+# instead of a pass over every arrival. An arrival's site comes from its CloudEvents `source`
+# (`arrival_site`, migration 0005); '' when it is not known (an import line, a rejected arrival).
+# A status record names its site. A status record is heard at its own time (`reported_at`), never
+# later than the ledger received it: a broker's retained copy delivered again on a new
+# subscription is an old record and says nothing about the gateway now.
+_SITE: LiteralString = "arrival_site(a.via, a.kind, a.source)"
 FLEET: LiteralString = (
     "WITH RECURSIVE g AS ("
-    " (SELECT gateway FROM arrival ORDER BY gateway LIMIT 1)"
+    " (SELECT a.gateway, " + _SITE + " AS site FROM arrival a ORDER BY a.gateway, " + _SITE + " LIMIT 1)"
     " UNION ALL"
-    " SELECT (SELECT a.gateway FROM arrival a WHERE a.gateway > g.gateway ORDER BY a.gateway LIMIT 1)"
-    " FROM g WHERE g.gateway IS NOT NULL),"
-    " last AS (SELECT g.gateway, (SELECT max(a.received_at) FROM arrival a WHERE a.gateway = g.gateway)"
-    "   AS last_arrival FROM g WHERE g.gateway IS NOT NULL)"
-    " SELECT coalesce(s.gateway, last.gateway) AS gateway, last.last_arrival, s.agent_version,"
+    " SELECT n.gateway, n.site FROM g CROSS JOIN LATERAL"
+    " (SELECT a.gateway, " + _SITE + " AS site FROM arrival a"
+    "   WHERE (a.gateway, " + _SITE + ") > (g.gateway, g.site)"
+    "   ORDER BY a.gateway, " + _SITE + " LIMIT 1) n),"
+    " last AS (SELECT g.site, g.gateway, (SELECT max(a.received_at) FROM arrival a"
+    "   WHERE a.gateway = g.gateway AND " + _SITE + " = g.site) AS last_arrival FROM g)"
+    " SELECT coalesce(s.site, last.site) AS site, coalesce(s.gateway, last.gateway) AS gateway,"
+    " last.last_arrival, s.agent_version,"
     " s.reported_at, least(s.reported_at, s.received_at) AS status_heard_at, s.via AS status_via, s.status,"
     " extract(epoch FROM now() - greatest(least(s.reported_at, s.received_at), last.last_arrival))"
     " AS silent_s,"
     " extract(epoch FROM s.reported_at - s.received_at) AS clock_ahead_s"
-    " FROM last FULL JOIN gateway_status s ON s.gateway = last.gateway ORDER BY 1"
+    " FROM last FULL JOIN gateway_status s ON s.site = last.site AND s.gateway = last.gateway"
+    " ORDER BY 1, 2"
 )
 
 # --- events ---------------------------------------------------------------------------------
