@@ -31,10 +31,12 @@ def event(site: str, gateway: str, n: int) -> bytes:
 
 
 def layout_at_version_4() -> str:
-    """The partitioned layout as it was before migration 0005 (no fleet index: no arrival_site yet)."""
+    """The partitioned layout as it was before migration 0005: 0003's (gateway, received_at) index,
+    not the fleet's (no arrival_site yet)."""
     lines = layout.script().splitlines(keepends=True)
-    kept = [line for line in lines if "arrival_gateway_site_received" not in line]
-    assert len(kept) == len(lines) - 1
+    before = "CREATE INDEX arrival_gateway_received ON arrival (gateway, received_at);\n"
+    kept = [before if "arrival_gateway_site_received" in line else line for line in lines]
+    assert kept != lines
     return "".join(kept)
 
 

@@ -250,8 +250,6 @@ ALTER TABLE ONLY public.review_mark
 
 CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
 
-CREATE INDEX arrival_gateway_received ON public.arrival USING btree (gateway, received_at);
-
 CREATE INDEX arrival_gateway_site_received ON public.arrival USING btree (gateway, public.arrival_site(via, kind, source), received_at);
 
 CREATE INDEX canonical_event_source_ts ON public.canonical_event USING btree (source_ts);

@@ -45,7 +45,6 @@ ALTER TABLE arrival
     ADD CONSTRAINT arrival_pkey UNIQUE NULLS NOT DISTINCT (source, id),
     ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
 CREATE INDEX arrival_canonical ON arrival (canonical_id);
-CREATE INDEX arrival_gateway_received ON arrival (gateway, received_at);  -- the review page (0003)
 CREATE INDEX arrival_gateway_site_received ON arrival (gateway, arrival_site(via, kind, source), received_at);  -- the fleet (0005)
 
 CREATE TABLE notification_new (LIKE notification INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS)

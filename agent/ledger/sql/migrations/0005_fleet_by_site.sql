@@ -20,8 +20,11 @@ CREATE FUNCTION arrival_site(via text, kind text, source text) RETURNS text
         ELSE ''
     END;
 
--- The fleet's skip scan: one probe per (gateway, site) pair, then its last arrival.
+-- The fleet's skip scan: one probe per (gateway, site) pair, then its last arrival. It takes the
+-- place of 0003's (gateway, received_at), whose other readers (the pages' gateway filter) it serves
+-- by its first column: one index per arrival written, as before.
 CREATE INDEX arrival_gateway_site_received ON arrival (gateway, arrival_site(via, kind, source), received_at);
+DROP INDEX arrival_gateway_received;
 
 -- gateway_status: one row per (site, gateway). A row kept before this migration gets the `site`
 -- of the record it holds (every gateway's record names its site); failing that, the site of its
