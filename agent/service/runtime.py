@@ -20,10 +20,15 @@ thresholds (relative to the young one)."""
 from __future__ import annotations
 
 import gc
+import logging
+import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+log = logging.getLogger(__name__)
+
 SERVICE_GC_THRESHOLD = 20_000
+OPEN_FILES_WANTED = 65_536
 
 
 @contextmanager
@@ -31,7 +36,32 @@ def tuned_process() -> Iterator[None]:
     """The service's process-wide settings while the block runs (see the module's text)."""
     thresholds = gc.get_threshold()
     gc.set_threshold(SERVICE_GC_THRESHOLD, *thresholds[1:])
+    files = raise_open_files_limit()
     try:
         yield
     finally:
         gc.set_threshold(*thresholds)
+        if files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, files)
+
+
+def raise_open_files_limit(wanted: int = OPEN_FILES_WANTED) -> tuple[int, int] | None:
+    """Raise the soft limit of open files towards the hard one (at most `wanted`); returns the
+    limits before, to restore, or None when nothing changed.
+
+    Every PLC connection is a socket: systemd starts services with a soft limit of 1,024 open
+    files (its hard limit is 524,288), and a gateway with a thousand PLCs would then fail its
+    connections beyond about a thousand with "Too many open files". The soft limit is the
+    process's own to raise up to the hard one, as systemd's documentation advises for programs
+    that need many files (epoll has no FD_SETSIZE limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:  # not allowed here: say so, run with what there is
+        log.warning("open files limit stays at %d (could not raise it to %d: %s)", soft, target, exc)
+        return None
+    log.debug("open files limit raised from %d to %d", soft, target)
+    return soft, hard
