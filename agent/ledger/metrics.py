@@ -113,6 +113,36 @@ SYNC_NAMES = Gauge(
     "1 when the server has synchronous_standby_names set (commits wait for a standby)",
     registry=REGISTRY,
 )
+CONFIG_INFO = Gauge(
+    "edge_ledger_config_info", "1: the ledger.yaml in force, by hash", ["hash"], registry=REGISTRY
+)
+CONFIG_LOADED = Gauge(
+    "edge_ledger_config_loaded_timestamp_seconds",
+    "When the ledger.yaml in force was loaded (the start or the last reload applied)",
+    registry=REGISTRY,
+)
+CONFIG_RELOADS = Counter(
+    "edge_ledger_config_reloads", "Reloads (SIGHUP) by result", ["result"], registry=REGISTRY
+)
+CONFIG_RELOAD_OK = Gauge(
+    "edge_ledger_config_last_reload_successful",
+    "0 when the last reload was invalid (the ledger.yaml in force is the older one)",
+    registry=REGISTRY,
+)
+for _result in ("applied", "invalid"):
+    CONFIG_RELOADS.labels(_result)
+CONFIG_RELOAD_OK.set(1)
+
+
+def config_loaded(file_hash: str, result: str | None) -> None:
+    """The configuration in force (`result` None: the start; else a reload's result)."""
+    if result is not None:
+        CONFIG_RELOADS.labels(result).inc()
+        CONFIG_RELOAD_OK.set(1 if result == "applied" else 0)
+    if result in (None, "applied"):
+        CONFIG_INFO.clear()
+        CONFIG_INFO.labels(file_hash).set(1)
+        CONFIG_LOADED.set_to_current_time()
 
 
 class _FailoverCollector:

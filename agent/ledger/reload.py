@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent.core.errors import ConfigError
@@ -49,6 +51,7 @@ class LedgerParts:
     statuses: StatusStore
     notifier: Callable[[], Any] | None = None  # makes a Notifier (imported only when rules exist)
     hooks: list[Callable[[LedgerConfig], None]] = field(default_factory=list)  # e.g. the page's token
+    reported: list[Callable[[str, str], None]] = field(default_factory=list)  # (file hash, result): metrics
     parts: dict[str, _Part] = field(default_factory=dict)
     reloads: dict[str, int] = field(default_factory=dict)
     last_reload: dict[str, Any] | None = None
@@ -134,7 +137,17 @@ class LedgerParts:
     def _done(self, result: str, detail: dict[str, Any]) -> str:
         self.reloads[result] = self.reloads.get(result, 0) + 1
         self.last_reload = {"result": result, **detail}
+        for report in self.reported:
+            report(file_hash(self.config.file), result)
         return result
+
+
+def file_hash(path: str) -> str:
+    """The first 12 hex digits of the SHA-256 of the file (`edge_ledger_config_info`)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    except OSError:
+        return "unreadable"
 
 
 def _listener(web: Any) -> Any:

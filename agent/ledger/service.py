@@ -74,7 +74,9 @@ async def run(
                 tg, config, writer, statuses, notifier=lambda: _notifier(dsn or config.dsn, password)
             )
             parts.start_intakes(config)
-            for name, side in side_servers(config, dsn or config.dsn, password, stop, reloads=parts.hooks):
+            for name, side in side_servers(
+                config, dsn or config.dsn, password, stop, reloads=parts.hooks, reported=parts.reported
+            ):
                 tg.create_task(side, name=name)
             if notifier is not None:
                 parts.start("notifier", notifier.run)

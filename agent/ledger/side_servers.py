@@ -19,8 +19,10 @@ def side_servers(
     password: str | None,
     stop: asyncio.Event,
     reloads: list[Callable[[LedgerConfig], None]] | None = None,
+    reported: list[Callable[[str, str], None]] | None = None,
 ) -> Iterator[tuple[str, Coroutine[Any, Any, None]]]:
-    """The servers `config` asks for; `reloads` gets what a reload must redo (the page's token)."""
+    """The servers `config` asks for; `reloads` gets what a reload must redo (the page's token),
+    `reported` what it must tell (the metrics of the configuration in force)."""
     if config.metrics is None and config.web is None:
         return  # neither: the web modules (aiohttp, the review page) are never imported
     from agent.ledger import metrics
@@ -29,6 +31,11 @@ def side_servers(
     from agent.ledger.web.security import Guard
 
     if config.metrics is not None:
+        from agent.ledger.reload import file_hash
+
+        metrics.config_loaded(file_hash(config.file), None)
+        if reported is not None:
+            reported.append(metrics.config_loaded)
         m = config.metrics
         app = metrics.make_app(Pool(dsn, size=1, password=password))
         yield (

@@ -377,3 +377,17 @@ def test_flash_compares_bytes_written_per_event_with_a_lean_recorder() -> None:
         figures["ratio_same_pages"],
     )
     assert got["idle_bytes_per_s"] >= 0
+
+
+def test_gateway_scale_smoke_runs_the_agent_as_a_process_on_both_sides() -> None:
+    got = run_bench("gateway_scale.py", "--slow", "12", "--fast", "3", "--seconds", "3", "--rounds", "1")
+    assert got["bench"] == "gateway_scale" and got["exits"] == [0]
+    for side in ("fleet", "base"):
+        assert got[side]["polls_per_s"] > 0 and got[side]["startup_s"] > 0 and got[side]["rss_peak_mb"] > 0
+    assert got["fleet"]["polls_per_s"] > got["base"]["polls_per_s"]  # the slow twelve add about 12 a second
+    assert set(got["targets"]) == {
+        "missed_pct_le_0.5",
+        "rss_le_120mb",
+        "startup_lt_10s",
+        "stop_within_budget",
+    }

@@ -5,6 +5,7 @@ longer), an invalid file changes nothing and names its file:line; the process ne
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,14 @@ pytestmark = [
 ]
 
 
+METRICS = free_port()
+
+
+def scrape() -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     b = Broker(tmp_path)
@@ -38,7 +47,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 def write(path: Path, dsn: str, broker: Broker, topic: str, web: int, token: Path) -> None:
     path.write_text(
-        f"dsn: '{dsn}'\n"
+        f"dsn: '{dsn}'\nmetrics: {{listen: '127.0.0.1:{METRICS}'}}\n"
         f"mqtt: {{host: 127.0.0.1, port: {broker.port}, topic: '{topic}', client_id: ledger-reload}}\n"
         f"web: {{listen: '127.0.0.1:{web}', token_file: '{token}'}}\n"
     )
@@ -100,6 +109,7 @@ async def test_sighup_moves_the_intake_and_the_token_and_an_invalid_file_changes
         await asyncio.sleep(1)
         assert len(canonical_sources(ledger_dsn)) == 3, "site-a's second event was not taken"
         assert signs_in(web, "second-token-0002") and not signs_in(web, "first-token-0001")
+        applied = scrape()
 
         config.write_text(config.read_text().replace("mqtt: {", "mqtt: {bogus: 1, "))
         proc.send_signal(signal.SIGHUP)
@@ -107,6 +117,7 @@ async def test_sighup_moves_the_intake_and_the_token_and_an_invalid_file_changes
         await publish(broker.port, bodies(5, "gw-b", 1)[4:], topic="site-b/events/x")  # still taken
         await until(lambda: len(canonical_sources(ledger_dsn)) == 4)
         assert proc.poll() is None, "the ledger never restarted"
+        invalid = scrape()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -114,3 +125,11 @@ async def test_sighup_moves_the_intake_and_the_token_and_an_invalid_file_changes
     assert proc.returncode == 0, text
     assert f"{config}:" in text and "bogus" in text, text
     assert "ledger reload applied: MQTT intake restarted; review token read again" in text, text
+    assert 'edge_ledger_config_reloads_total{result="applied"} 1.0' in applied
+    assert "edge_ledger_config_last_reload_successful 1.0" in applied
+    assert 'edge_ledger_config_reloads_total{result="invalid"} 1.0' in invalid
+    assert "edge_ledger_config_last_reload_successful 0.0" in invalid
+    hashes = [
+        re.findall(r'edge_ledger_config_info\{hash="([0-9a-f]{12})"\} 1.0', t) for t in (applied, invalid)
+    ]
+    assert len(hashes[0]) == 1 and hashes[0] == hashes[1], "the invalid file is not in force"
