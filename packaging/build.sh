@@ -58,7 +58,7 @@ log "edge-agent $ident: building its wheel from $source_dir"
   || { cat "$work/wheel.log"; exit 1; }
 own_wheel="$(ls "$work"/own/edge_agent-*.whl)"
 
-platform_flags() {  # $1 = x86_64 | aarch64: manylinux wheels up to glibc 2.28 (psycopg-binary needs 2.28)
+platform_flags() {  # $1 = x86_64 | aarch64: manylinux wheels up to glibc 2.28 (psycopg-binary's aarch64 wheel is manylinux_2_27)
   local m="$1"
   printf -- '--platform manylinux2014_%s --platform manylinux_2_17_%s --platform manylinux_2_28_%s' "$m" "$m" "$m"
 }
@@ -95,6 +95,21 @@ check_set() {  # $1 = machine, $2 = python version, $3 = bundle dir, $4 = requir
   "$python" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["install"]))' "$work/check.json"
 }
 
+# The oldest glibc a set runs on: per wheel the lowest manylinux tag it carries, the highest of those.
+glibc_of() {  # $@ = directories of wheels
+  "$python" - "$@" <<'PY'
+import re, sys
+from pathlib import Path
+need = (2, 5)
+for whl in (w for d in sys.argv[1:] for w in Path(d).glob("*.whl")):
+    tags = [(2, 5) if t == "manylinux1" else (2, 12) if t == "manylinux2010" else (2, 17) if t == "manylinux2014"
+            else (int(t.split("_")[1]), int(t.split("_")[2])) for t in re.findall(r"(manylinux(?:1|2010|2014|_\d+_\d+))_", whl.name)]
+    if tags:
+        need = max(need, min(tags))
+print("%d.%d" % need)
+PY
+}
+
 sizes=()
 for t in "${targets[@]}"; do
   target="${t%%:*}"; py="${t##*:}"; machine="${target#linux-}"
@@ -114,6 +129,9 @@ for t in "${targets[@]}"; do
   n_ledger="$(check_set "$machine" "$py" "$dir" 'edge-agent[ledger]' wheels ledger)"
   log "$name: complete for $machine CPython $py (pip --dry-run --no-index): edge-agent $n_base packages, with [ledger] $n_ledger"
 
+  glibc="$(glibc_of "$dir/wheels")"; glibc_ledger="$(glibc_of "$dir/wheels" "$dir/ledger")"
+  mb() { du -sb "$@" | awk '{s += $1} END {printf "%.1f MB", s / 1e6}'; }
+  wheels_mb="$(mb "$dir/wheels")"; ledger_mb="$(mb "$dir/ledger")"
   mkdir -p "$dir/systemd" "$dir/docs"
   cp "$source_dir"/systemd/* "$dir/systemd/"
   cp "$source_dir/config.example.yaml" "$source_dir/ledger.example.yaml" "$source_dir/README.md" "$dir/"
@@ -129,12 +147,14 @@ IDENT=$ident
 TARGET=$target
 MACHINE=$machine
 PYTHON=$py
+GLIBC=$glibc
+GLIBC_LEDGER=$glibc_ledger
 BUILT=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 INFO
   (cd "$dir" && find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum >SHA256SUMS)
   tar -C "$work" -czf "$out/$name.tar.gz" "$name"
   rm -rf "$dir"
-  sizes+=("$(du -h "$out/$name.tar.gz" | cut -f1)  $name.tar.gz ($n_base wheels' packages, [ledger] $n_ledger)")
+  sizes+=("$name.tar.gz: $(mb "$out/$name.tar.gz") (wheels/ $wheels_mb, $n_base packages; ledger/ $ledger_mb, [ledger] $n_ledger packages; glibc >= $glibc, with [ledger] >= $glibc_ledger)")
 done
 
 log "bundles in $out:"

@@ -161,6 +161,12 @@ have_py="$("$python" -I -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$have_py" = "$pyver" ] || die "$python is CPython $have_py; this bundle's wheels are for CPython $pyver: use the cp${have_py/./} bundle"
 "$python" -I -c 'import sqlite3, venv' 2>/dev/null || die "$python lacks sqlite3 or venv"
 glibc="$(ldd --version 2>/dev/null | sed -n '1s/.* \([0-9][0-9.]*\)$/\1/p')"
+need_glibc="$(bundle_value "$here" GLIBC)"
+if [ "$with_ledger" = yes ]; then need_glibc="$(bundle_value "$here" GLIBC_LEDGER)"; fi
+if [ -n "$glibc" ] && [ -n "$need_glibc" ] \
+  && [ "$(printf '%s\n%s\n' "$need_glibc" "$glibc" | sort -V | head -n 1)" != "$need_glibc" ]; then
+  die "this machine's glibc is $glibc; the bundle's wheels need glibc >= $need_glibc"
+fi
 log "edge-agent $ident ($(bundle_value "$here" TARGET), CPython $have_py at $python, glibc ${glibc:-unknown}) into $base/$ident"
 (cd "$here" && sha256sum --quiet -c SHA256SUMS) || die "the bundle's files do not match SHA256SUMS: copy it again"
 
