@@ -36,11 +36,14 @@ mapfile -t mirrors < <(
   { "$python" -m pip config list 2>/dev/null; env | grep '^PIP_'; } | grep -o "\(file://\)\?/[^ '\"]*" \
     | sed 's#^file://##; s#/simple/\?$##' | sort -u | while read -r d; do [ -d "$d" ] && echo "$d"; done
 )
-offline() {  # run "$@" with no network and no local mirror
+offline() {  # run "$@" with no network, no local mirror, and a /dev/shm of its own (the agent's live
+  # state file goes there: gone with the namespace, nothing left behind on this machine)
   unshare --net --mount --propagation private -- bash -c '
     set -e
     ip link set lo up
     for d in "${@:2:$1}"; do mount -t tmpfs -o size=1m,mode=0755 none "$d"; done
+    mount -t tmpfs -o size=16m,mode=1777 none /dev/shm
+    export RUNTIME_DIRECTORY=/dev/shm/edge-agent && mkdir -p "$RUNTIME_DIRECTORY"
     shift $(($1 + 1))
     exec "$@"' offline "${#mirrors[@]}" "${mirrors[@]}" "$@"
 }
@@ -100,7 +103,8 @@ cp "$root/etc/edge-agent/pki/agent_cert.der" "$root/etc/edge-agent/ca.crt"      
 for s in mqtt-password historian-token opcua-password; do install -m 0600 /dev/null "$root/etc/edge-agent/secrets/$s"; done
 offline "$ea" check -c "$root/etc/edge-agent/config.yaml" --unit "$root/etc/systemd/system/edge-agent.service" \
   | sed 's/^/    check: /'
-offline "$ea" demo >"$work/demo-new.log" 2>&1 || { cat "$work/demo-new.log"; exit 1; }
+mkdir -p "$work/demo-new"
+offline "$ea" demo --keep "$work/demo-new" >"$work/demo-new.log" 2>&1 || { cat "$work/demo-new.log"; exit 1; }
 say "   its demo: $(grep -E '^upstream' "$work/demo-new.log"); $(grep -E '^demo finished' "$work/demo-new.log" | sed 's/\. The store.*//')"
 run_briefly 6
 grep -q "store migrated" "$work/run.log" || { say "FAILED: the upgrade did not migrate the store"; exit 1; }
