@@ -226,7 +226,8 @@ fi
 
 # Switch: previous -> what was current, current -> this version (each one rename).
 old="$(readlink "$base/current" 2>/dev/null || true)"
-if [ -n "$old" ] && [ "$old" != "$ident" ]; then switch_link previous "$old"; fi
+[ "$old" != "$ident" ] || old=""
+if [ -n "$old" ]; then switch_link previous "$old"; fi
 switch_link current "$ident"
 log "current -> $ident${old:+ (previous: $old, kept; install.sh --rollback goes back)}"
 
