@@ -119,6 +119,18 @@ async def open_writer(
     return db
 
 
+def newer_store(path: str, version: int, latest: int) -> StoreError:
+    """A store a newer edge-agent migrated: this one never opens it (a downgrade is refused), and says
+    the two ways back."""
+    return StoreError(
+        f"Store {path}: schema version {version} is newer than this edge-agent knows ({latest}): a newer "
+        "edge-agent migrated it, and an older one does not open it (it would misread what it does not "
+        "know). The way back: run the newer version again (install.sh --rollback goes forward again), "
+        "or put back the copy of the store made before the upgrade (install.sh --rollback "
+        "--restore-backup; docs/install.md)."
+    )
+
+
 async def open_reader(path: str | Path, busy_timeout_s: float = 30.0) -> aiosqlite.Connection:
     """A read-only connection (`mode=ro`) to an existing store at the current schema version.
 
@@ -137,6 +149,9 @@ async def open_reader(path: str | Path, busy_timeout_s: float = 30.0) -> aiosqli
         await db.close()
         raise map_sqlite_error(exc, spath) from exc
     latest = MIGRATIONS[-1][0]
+    if version > latest:
+        await db.close()
+        raise newer_store(spath, version, latest)
     if version < latest:
         await db.close()
         what = "is not an edge-agent store" if version == 0 else f"has schema version {version}"
@@ -224,6 +239,10 @@ async def _next_migration(
     except sqlite3.Error as exc:
         await rollback_quietly(db)
         raise map_sqlite_error(exc, path) from exc
+    latest = max((m[0] for m in migrations), default=0)
+    if version > latest:
+        await rollback_quietly(db)
+        raise newer_store(path, version, latest)
     todo = [m for m in migrations if m[0] > version]
     if todo:
         return todo[0]
