@@ -29,6 +29,7 @@ from agent.core.errors import ConfigError, StoreError
 from agent.core.timestamps import format_timestamp, parse_timestamp
 from agent.core.wording import days_ahead
 from agent.service import logs, process
+from agent.service.config_apart import load_apart
 from agent.store import budget
 from agent.store.reader import Reader
 from agent.store.reserve import reserve_given_away
@@ -68,7 +69,7 @@ def run_cmd(ctx: click.Context, config_path: str | None, log_level: str) -> None
     logs.setup(log_level)
     path = config_path or ctx.obj.config
     try:
-        cfg = load(path)
+        cfg = load_apart(path)  # the parse's memory stays in a child (agent.service.config_apart)
     except ConfigError as exc:
         click.echo(f"edge-agent: configuration error:\n{exc}", err=True)
         sys.exit(EX_CONFIG)
