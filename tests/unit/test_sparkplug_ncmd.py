@@ -9,6 +9,7 @@ only `_inbox` runs, fed through `Session.inbox` as `Session._read` feeds it."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiomqtt
@@ -98,7 +99,7 @@ def commands(draw: st.DrawFn) -> tuple[bytes, bool, bool]:
 
 
 @pytest.fixture
-async def forwarder(tmp_path: Path) -> tuple[SparkplugForwarder, Session]:
+async def forwarder(tmp_path: Path) -> AsyncIterator[tuple[SparkplugForwarder, Session]]:
     store = await Store.open(tmp_path / "store.db")
     up = SparkplugUpstream("ignition", "mqtt://127.0.0.1:1", group_id="plant-1")
     fwd = SparkplugForwarder(store, up, site="site-a", gateway="gw-test")
