@@ -44,9 +44,9 @@ from agent.config.sparkplug import SparkplugUpstream  # noqa: E402
 from agent.core.contract import Delivery  # noqa: E402
 from agent.service.runtime import tuned_process  # noqa: E402
 from agent.sparkplug import mapping  # noqa: E402
-from agent.sparkplug.codec import encode_metric, encode_payload  # noqa: E402
 from agent.sparkplug.forwarder import SparkplugForwarder  # noqa: E402
 from agent.sparkplug.host import topic  # noqa: E402
+from agent.sparkplug.payload import encode, payload  # noqa: E402
 from agent.store.store import Store  # noqa: E402
 from bench import backlog  # noqa: E402
 from bench.backlog import copy_store, watch_drain  # noqa: E402
@@ -115,9 +115,7 @@ async def agent_messages(path: Path) -> list[tuple[str, bytes]]:
                 rm = mapping.row_metrics(
                     entry, site=SITE, historical=True, declared=frozenset({"Trip/State"}), cloudevent=None
                 )
-                body = encode_payload(
-                    int(time.time() * 1000), len(out) % 256, [encode_metric(m) for m in rm.metrics]
-                )
+                body = encode(payload(rm.metrics), int(time.time() * 1000), len(out) % 256)
                 out.append((topic(GROUP, "DDATA", GW, mapping.device_id(rm.device or "")), body))
     finally:
         await store.close()

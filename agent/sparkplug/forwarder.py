@@ -34,9 +34,9 @@ from agent.core.send_outcome import DELIVERED, SendOutcome, rejected
 from agent.core.timestamps import format_timestamp
 from agent.sinks.encode import EncodeError, encode_general
 from agent.sparkplug import mapping
-from agent.sparkplug.codec import DecodeError, encode_metric
 from agent.sparkplug.host import HostState, rebirth_requested
 from agent.sparkplug.live import SparkplugState, device_birth_metrics
+from agent.sparkplug.payload import DecodeError, payload
 from agent.sparkplug.session import Session, SessionBroken, client_id_for, now_ms
 from agent.sparkplug.window import DeliveryWindow
 from agent.store.outbox import BatchOutcomes
@@ -184,7 +184,7 @@ class SparkplugForwarder:
     async def _births(self, session: Session) -> None:
         st = self.state
         metrics = mapping.node_birth(st.bd_seq or 0, __version__, self.config_hash, now_ms())
-        session.publish("NBIRTH", None, [encode_metric(m) for m in metrics], first=True)
+        session.publish("NBIRTH", None, payload(metrics), first=True)
         self._birthed.clear()
         self._dead.clear()
         for device, channels in self.devices:
@@ -196,13 +196,13 @@ class SparkplugForwarder:
 
     async def _device_birth(self, session: Session, device: str, channels: tuple[str, ...]) -> None:
         live = await self.db.device_live(device, channels)
-        metrics, declared = device_birth_metrics(device, live, now_ms())
-        session.publish("DBIRTH", mapping.device_id(device), metrics)
+        body, declared = device_birth_metrics(device, live, now_ms())
+        session.publish("DBIRTH", mapping.device_id(device), body)
         self._birthed[device] = declared
         self._dead.discard(device)
 
     def _device_death(self, session: Session, device: str) -> None:
-        session.publish("DDEATH", mapping.device_id(device), [])
+        session.publish("DDEATH", mapping.device_id(device), payload(()))
         self._dead.add(device)
 
     async def _forward(self, session: Session, stop: asyncio.Event) -> None:
@@ -290,7 +290,7 @@ class SparkplugForwarder:
         key = (rm.device, rm.metrics[-1].name)
         historical = entry.outbox_id <= self._mark or rm.event_ms <= self._last_ms.get(key, -1)
         self._last_ms[key] = max(rm.event_ms, self._last_ms.get(key, -1))
-        body = [encode_metric(m, historical=historical) for m in rm.metrics]
+        body = payload(rm.metrics, historical=historical)
         if rm.device is None:
             return session.publish("NDATA", None, body)
         return session.publish("DDATA", mapping.device_id(rm.device), body)

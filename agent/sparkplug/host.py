@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from agent.sparkplug.codec import DataType, decode
 from agent.sparkplug.mapping import REBIRTH
+from agent.sparkplug.payload import DataType, decode, metrics_of
 
 NAMESPACE = "spBv1.0"
 
@@ -70,10 +70,9 @@ def rebirth_requested(payload: bytes) -> bool:
     """An NCMD asks for a rebirth: a metric `Node Control/Rebirth` with the Boolean true.
     A payload that is not Sparkplug, or holds other metrics only, asks for nothing (raises
     DecodeError for the former, so the caller can log it)."""
-    p = decode(payload)
     return any(
         m.name == REBIRTH
         and m.value is True
         and m.type in (DataType.BOOLEAN, DataType.STRING, DataType.BYTES)
-        for m in p.metrics
+        for m in metrics_of(decode(payload))
     )

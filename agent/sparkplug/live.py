@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.sparkplug import mapping
-from agent.sparkplug.codec import encode_metric
+from agent.sparkplug.payload import PbPayload, payload
 
 DeviceValues = tuple[list[tuple[str, str | None, str | None]], str | None, str | None]
 
@@ -34,8 +34,9 @@ class SparkplugState:
     last_error: str | None = None
 
 
-def device_birth_metrics(device: str, values: DeviceValues, now: int) -> tuple[list[bytes], frozenset[str]]:
-    """The DBIRTH metrics (encoded) of `device` and the `<channel>/State` names it declares."""
+def device_birth_metrics(device: str, values: DeviceValues, now: int) -> tuple[PbPayload, frozenset[str]]:
+    """The DBIRTH of `device` (its metrics as a Payload message) and the `<channel>/State`
+    names it declares."""
     states, boot_id, boot_at = values
     live = mapping.DeviceLive(
         device,
@@ -45,7 +46,7 @@ def device_birth_metrics(device: str, values: DeviceValues, now: int) -> tuple[l
     )
     metrics = mapping.device_birth(live, now)
     declared = frozenset(f"{ch}{mapping.STATE_SUFFIX}" for ch, _, _ in states)
-    return [encode_metric(m) for m in metrics], declared
+    return payload(metrics), declared
 
 
 def _label(payload_json: str | None) -> str | None:

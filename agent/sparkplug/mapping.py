@@ -37,7 +37,7 @@ from agent.core.cloudevent_ids import pct
 from agent.core.contract import channel_of, device_of
 from agent.core.jcs import canonical_json
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
-from agent.sparkplug.codec import DataType, Metric, Property
+from agent.sparkplug.payload import DataType, Metric, Property
 
 REBIRTH = "Node Control/Rebirth"
 BD_SEQ = "bdSeq"

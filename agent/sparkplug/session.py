@@ -30,9 +30,9 @@ from paho.mqtt.client import MQTT_ERR_SUCCESS
 from agent.config.sparkplug import SparkplugUpstream
 from agent.core.redact import mask_url
 from agent.sinks.tls import read_secret, tls_context
-from agent.sparkplug.codec import encode_metric, encode_payload
 from agent.sparkplug.host import state_topic, state_topic_v22, topic
 from agent.sparkplug.mapping import node_death
+from agent.sparkplug.payload import PbPayload, encode, payload
 
 log = logging.getLogger(__name__)
 
@@ -119,14 +119,15 @@ class Session:
     def broken(self) -> bool:
         return self.lost.done()
 
-    def publish(self, verb: str, device: str | None, metrics: list[bytes], *, first: bool = False) -> int:
-        """Publish one message at QoS 0 with the next `seq` (`first`: seq 0, an NBIRTH);
-        returns the seq used. Raises SessionBroken when the connection is gone."""
+    def publish(self, verb: str, device: str | None, body: PbPayload, *, first: bool = False) -> int:
+        """Publish `body` (its metrics; `payload.payload()`) at QoS 0, stamped with the time and
+        the next `seq` (`first`: seq 0, an NBIRTH); returns the seq used. Raises SessionBroken
+        when the connection is gone."""
         if self.lost.done():
             raise SessionBroken("connection lost")
         self.seq = 0 if first else (self.seq + 1) % 256
-        body = encode_payload(now_ms(), self.seq, metrics)
-        info = self.paho.publish(topic(self.group, verb, self.node, device), body, 0)
+        data = encode(body, now_ms(), self.seq)
+        info = self.paho.publish(topic(self.group, verb, self.node, device), data, 0)
         if info.rc != MQTT_ERR_SUCCESS:
             raise SessionBroken(f"paho refused the publish (rc {info.rc})")
         self._unwritten += 1
@@ -198,7 +199,8 @@ class Session:
 
 def death_payload(bd_seq: int) -> bytes:
     """NDEATH: the bdSeq metric, no seq."""
-    return encode_payload(now_ms(), None, [encode_metric(m) for m in node_death(bd_seq, now_ms())])
+    now = now_ms()
+    return encode(payload(node_death(bd_seq, now)), now, None)
 
 
 def client_id_for(gateway: str, name: str) -> str:

@@ -356,6 +356,15 @@ def test_sparkplug_drain_compares_with_a_bare_qos0_publisher() -> None:
     assert got["rss_peak_mb"] > 0 and len(got["loadavg"]) == 3
 
 
+def test_sparkplug_codec_compares_the_protobuf_runtime_with_the_hand_written_codec() -> None:
+    got = run_bench("sparkplug_codec.py", "--quick", "--rounds", "2")
+    assert got["bench"] == "sparkplug_codec" and got["rows"] == 2000 and got["rounds"] == 2
+    assert got["same_bytes_and_answers"] is True  # checked before any clock: the same work on both sides
+    for kind in ("ddata", "birth", "ncmd"):
+        assert_compared(got[f"{kind}_per_s"], got[f"hand_{kind}_per_s"], got[f"{kind}_vs_hand"])
+    assert got["backend"] in ("upb", "cpp", "python") and got["ddata_bytes_median"] > 0
+
+
 @pytest.mark.skipif(
     mosquitto_binary() is None, reason="mosquitto is not installed: bench/flash.py starts its own broker"
 )

@@ -1,7 +1,9 @@
-"""The Sparkplug B payload (protobuf wire format), encoded and decoded by hand. Pure: no I/O.
+"""The hand-written Sparkplug B codec the agent used until issue 37 (it was
+agent/sparkplug/codec.py), kept here only as the baseline of bench/sparkplug_codec.py: the agent
+now encodes and decodes through the protobuf runtime (agent/sparkplug/payload.py, the module
+protoc generates from the specification's schema). Nothing in agent/ imports this file.
 
-Written from the Sparkplug 3.0 specification's `sparkplug_b.proto` (Eclipse Sparkplug; the
-schema itself is not copied here). Only what edge-agent sends and reads is covered:
+It writes and reads the protobuf wire format directly, for the fields edge-agent sends and reads:
 
     Payload        1 timestamp (uint64)  2 metrics (Metric, repeated)  3 seq (uint64)
     Metric         1 name  2 alias  3 timestamp  4 datatype  5 is_historical  6 is_transient
@@ -12,58 +14,18 @@ schema itself is not copied here). Only what edge-agent sends and reads is cover
     PropertyValue  1 type (uint32)  2 is_null  3 int_value  4 long_value  5 float  6 double
                    7 boolean_value  8 string_value
 
-Int64 travels in `long_value` as its two's complement (as Tahu does); every text as UTF-8.
-The decoder skips fields it does not know (DataSets, templates, metadata), so a payload from
-another tool can be read for the parts that matter here (NCMD `Node Control/Rebirth`).
-The tests judge the encoder with Eclipse Tahu's JavaScript codec (npm `sparkplug-payload`).
+It takes the agent's own `Metric`, `Property` and `DataType` (agent/sparkplug/payload.py), so
+both sides of the bench encode the very same objects.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from enum import IntEnum
 from functools import lru_cache
 from typing import Any
 
-MetricValue = bool | int | float | str | bytes | None
-
-
-class DataType(IntEnum):
-    """The Sparkplug data types this project uses (numbers from the specification)."""
-
-    INT32 = 3
-    INT64 = 4
-    UINT64 = 8
-    FLOAT = 9
-    DOUBLE = 10
-    BOOLEAN = 11
-    STRING = 12
-    BYTES = 17
-
-
-class DecodeError(ValueError):
-    """The bytes are not a Sparkplug B payload."""
-
-
-@dataclass(frozen=True, slots=True)
-class Property:
-    """One entry of a metric's PropertySet (`value` None: `is_null`)."""
-
-    key: str
-    type: DataType
-    value: MetricValue
-
-
-@dataclass(frozen=True, slots=True)
-class Metric:
-    name: str
-    type: DataType
-    value: MetricValue  # None: is_null
-    timestamp: int | None = None  # UTC milliseconds
-    historical: bool = False
-    properties: tuple[Property, ...] = ()
-    with_type: bool = True  # datatype on the wire (births); data messages may leave it out
+from agent.sparkplug.payload import DataType, DecodeError, Metric, MetricValue, Property
 
 
 @dataclass(slots=True)
