@@ -136,7 +136,7 @@ def systemd_like_limits() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(SYSTEMD_SOFT_NOFILE, hard), hard))
 
 
-def side(config: Path, plcs: list[tuple[str, str]], seconds: float, log: Path) -> dict[str, Any]:
+def side(config: Path, plcs: list[tuple[str, str]], seconds: float, log: Path, sim: int) -> dict[str, Any]:
     """One run of the agent on `config`: start-up, a window of `seconds`, the stop."""
     hz = {name: 1000.0 / float(poll.removesuffix("ms")) for name, poll in plcs}
     t0 = time.monotonic()
@@ -155,9 +155,9 @@ def side(config: Path, plcs: list[tuple[str, str]], seconds: float, log: Path) -
             time.sleep(0.1)
         startup = time.monotonic() - t0
         time.sleep(2.5)  # a fresh state at the window's start
-        first, cpu0 = status(config), cpu_s(agent.pid)
+        first, cpu0, sim0 = status(config), cpu_s(agent.pid), cpu_s(sim)
         time.sleep(seconds)
-        last, cpu1 = status(config), cpu_s(agent.pid)
+        last, cpu1, sim1 = status(config), cpu_s(agent.pid), cpu_s(sim)
         rss, peak = rss_mb(agent.pid, "VmRSS"), rss_mb(agent.pid, "VmHWM")
     finally:
         t_stop = time.monotonic()
@@ -178,6 +178,7 @@ def side(config: Path, plcs: list[tuple[str, str]], seconds: float, log: Path) -
         "missed_pct": round(max(0.0, 100 * (1 - done / asked)), 3),
         "cpu_ms_per_1000_polls": round((cpu1 - cpu0) / max(1, done) * 1e6, 1),
         "cpu_share": round((cpu1 - cpu0) / seconds, 3),
+        "simulator_cpu_share": round((sim1 - sim0) / seconds, 3),  # one core is 1.0: is it the limit?
         "rss_mb": round(rss, 1),
         "rss_peak_mb": round(peak, 1),
         "stop_s": round(stop_s, 2),
@@ -198,7 +199,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                 pair = [("fleet", slow + fast, fleet), ("base", fast, base)]
                 for name, plcs, into in pair if r % 2 == 0 else pair[::-1]:
                     config = write_config(tmp, f"{name}{r}", plcs, ready)
-                    into.append(side(config, plcs, a.seconds, tmp / "agent.log"))
+                    into.append(side(config, plcs, a.seconds, tmp / "agent.log", sim.pid))
     finally:
         sim.terminate()
         sim.wait(30)
@@ -211,6 +212,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "missed_pct",
         "cpu_ms_per_1000_polls",
         "cpu_share",
+        "simulator_cpu_share",
         "rss_mb",
         "rss_peak_mb",
         "stop_s",
