@@ -49,6 +49,7 @@ async def run(
         password=password,
         rules=config.notify,
         require_sync_standby=config.require_sync_standby,
+        horizon_s=config.retention.identity_horizon_s if config.retention else None,
     )
     try:
         await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start

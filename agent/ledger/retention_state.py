@@ -1,0 +1,103 @@
+"""What retention did and what is kept: read for `ledger check`, `/metrics` and the overview page.
+
+The last prune (its settings, outcome, per table the rows archived and pruned), the oldest row
+kept per table, the identities kept (and of them those whose payload is pruned), the
+`beyond_horizon` arrivals, and each table's size on disk (`pg_total_relation_size`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+# The oldest row kept per table, by the time its period is counted from. The arrivals and the
+# canonical rows are read by their first id (ids follow time closely): no index on the time
+# is written per row for this.
+OLDEST: dict[str, str] = {
+    "arrival": "SELECT received_at FROM arrival ORDER BY id LIMIT 1",
+    "notification": "SELECT min(sent_at) FROM notification WHERE state = 'sent'",
+    "canonical_payload": "SELECT created_at FROM canonical_event WHERE payload IS NOT NULL ORDER BY id LIMIT 1",
+    "canonical_identity": "SELECT least((SELECT min(source_ts) FROM canonical_event),"
+    " (SELECT min(inserted_arrival_at) FROM canonical_event WHERE source_ts IS NULL))",
+}
+SIZED = (
+    "arrival",
+    "canonical_event",
+    "notification",
+    "conflict",
+    "pending",
+    "review_mark",
+    "boot",
+    "anomaly",
+)
+
+LAST_RUN = (
+    "SELECT id, started_at, finished_at, outcome, error, settings FROM retention_run"
+    " WHERE NOT dry_run ORDER BY id DESC LIMIT 1"
+)
+TOTALS = "SELECT tbl, sum(archived), sum(pruned) FROM retention_table_run GROUP BY tbl ORDER BY tbl"
+COUNTS = (
+    "SELECT (SELECT count(*) FROM canonical_event),"
+    " (SELECT count(*) FROM canonical_event WHERE payload IS NULL),"
+    " (SELECT count(*) FROM arrival WHERE decision = 'beyond_horizon'),"
+    " (SELECT count(*) FROM arrival a JOIN pending p ON p.arrival_id = a.id"
+    "   WHERE a.decision = 'beyond_horizon' AND p.state = 'open' AND NOT EXISTS"
+    "   (SELECT 1 FROM review_mark m WHERE m.arrival_id = a.id))"
+)
+
+
+async def stored_horizon(conn: Conn) -> float | None:
+    """The identity horizon (seconds) of the last prune that ran, or None (never pruned)."""
+    cur = await conn.execute(
+        "SELECT (settings->>'identity_horizon_s')::float8 FROM retention_run"
+        " WHERE NOT dry_run ORDER BY id DESC LIMIT 1"
+    )
+    row = await cur.fetchone()
+    await conn.rollback()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+async def read(conn: Conn) -> dict[str, Any]:
+    """The retention state as one JSON-able mapping (times as datetimes)."""
+    cur = await conn.execute(LAST_RUN)
+    last = await cur.fetchone()
+    cur = await conn.execute(TOTALS)
+    totals = {str(r[0]): {"archived": int(r[1]), "pruned": int(r[2])} for r in await cur.fetchall()}
+    oldest: dict[str, datetime | None] = {}
+    for table, sql in OLDEST.items():
+        cur = await conn.execute(sql.encode())  # our own text
+        row = await cur.fetchone()
+        oldest[table] = row[0] if row else None
+    cur = await conn.execute(COUNTS)
+    counts = await cur.fetchone()
+    assert counts is not None
+    cur = await conn.execute(
+        "SELECT t, (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0)"
+        " FROM pg_partition_tree(t::regclass) p) FROM unnest(%s::text[]) AS t",  # a partitioned table's too
+        (list(SIZED),),
+    )
+    sizes = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+    await conn.rollback()
+    return {
+        "last_prune": None
+        if last is None
+        else {
+            "id": last[0],
+            "started_at": last[1],
+            "finished_at": last[2],
+            "outcome": last[3],
+            "error": last[4],
+            "settings": last[5],
+        },
+        "totals": totals,
+        "oldest": oldest,
+        "identities": int(counts[0]),
+        "identities_payload_pruned": int(counts[1]),
+        "beyond_horizon": int(counts[2]),
+        "beyond_horizon_open": int(counts[3]),
+        "table_bytes": sizes,
+    }
