@@ -100,12 +100,12 @@ async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
             "status": Status.DUPLICATE_CONFLICT.value if r[5] else Status.CANONICAL.value,
             "payload": None if r[6] is None else json.loads(r[6]),  # None: pruned (the archive has it)
             "payload_hash": r[7],
-            "duplicate_count": r[8],
+            "duplicate_count": max(r[8], 0),  # of the arrivals kept: a prune removes old ones
             "conflict_count": r[9],
             "first_arrival": ts(r[10]),
             "last_arrival": ts(r[11]),
             "first_gateway": r[12],
-            "arrivals": r[8] + 1,
+            "arrivals": r[8] + 1,  # kept
             "gateways": list(r[13]),
         }
 
@@ -177,7 +177,7 @@ async def conflicts(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
             "transitionId": r[3],
             "bootId": r[4],
             "canonical": {
-                "payload": json.loads(r[5]),
+                "payload": None if r[5] is None else json.loads(r[5]),  # None: pruned (in the archive)
                 "payload_hash": r[6],
                 "sourceTimestamp": ts(r[7]),
                 "gateway": r[12],

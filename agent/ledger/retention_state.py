@@ -20,7 +20,8 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 OLDEST: dict[str, str] = {
     "arrival": "SELECT received_at FROM arrival ORDER BY id LIMIT 1",
     "notification": "SELECT min(sent_at) FROM notification WHERE state = 'sent'",
-    "canonical_payload": "SELECT created_at FROM canonical_event WHERE payload IS NOT NULL ORDER BY id LIMIT 1",
+    "canonical_payload": "SELECT created_at FROM canonical_event WHERE payload IS NOT NULL"
+    " ORDER BY id LIMIT 1",
     "canonical_identity": "SELECT least((SELECT min(source_ts) FROM canonical_event),"
     " (SELECT min(inserted_arrival_at) FROM canonical_event WHERE source_ts IS NULL))",
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -61,27 +62,39 @@ def check_cmd(obj: LedgerContext, as_json: bool, require_sync_standby: bool) -> 
       edge-agent ledger check || edge-agent ledger migrate
       edge-agent ledger check --require-sync-standby   # before a rollout with require_sync_standby
 
+    And the retention state (ledger.md, "Retention and the identity horizon"): the last prune and
+    its outcome, rows archived and pruned per table, the oldest row kept per table, the identities
+    kept, the `beyond_horizon` arrivals, each table's size.
+
     Exit 0 up to date, 69 PostgreSQL unreachable (or, with --require-sync-standby, no synchronous
     standby streaming: a ledger with `require_sync_standby: true` would acknowledge nothing),
     74 a migration is pending or the schema is newer.
     """
-    from agent.ledger import failover, migrations
+    from agent.ledger import failover, migrations, retention_state
     from agent.ledger.writer import conn_info
 
-    async def go() -> tuple[str, failover.ReplicationState]:
+    async def go() -> tuple[str, failover.ReplicationState, dict[str, Any]]:
         conn = await obj.open(migrate=False)
         try:
-            return conn_info(conn), await failover.replication_state(conn)
+            return conn_info(conn), await failover.replication_state(conn), await retention_state.read(conn)
         finally:
             await conn.close()
 
-    server, state = run_ledger(go)
+    server, state, retention = run_ledger(go)
     version = len(migrations.migrations())
     if as_json:
-        click.echo(json.dumps({"schema_version": version, "server": server, "replication": state.as_json()}))
+        doc = {
+            "schema_version": version,
+            "server": server,
+            "replication": state.as_json(),
+            "retention": retention,
+        }
+        click.echo(json.dumps(doc, default=str))
     else:
         click.echo(f"ledger schema is at version {version}")
         click.echo(f"replication on {server}: {state.describe()}")
+        for line in retention_lines(retention):
+            click.echo(line)
     if require_sync_standby and not state.sync_ok:
         click.echo(
             f"edge-agent ledger: {server} has no synchronous standby streaming; with require_sync_standby"
@@ -90,3 +103,26 @@ def check_cmd(obj: LedgerContext, as_json: bool, require_sync_standby: bool) -> 
             err=True,
         )
         sys.exit(EX_UNAVAILABLE)
+
+
+def retention_lines(r: dict[str, Any]) -> list[str]:
+    """`ledger check`'s retention lines, for people."""
+    last = r["last_prune"]
+    if last is None:
+        out = ["retention: never pruned (`retention:` in ledger.yaml, `edge-agent ledger prune`)"]
+    else:
+        when = last["finished_at"] or last["started_at"]
+        out = [f"retention: last prune run {last['id']} {last['outcome']} at {when:%Y-%m-%d %H:%M:%S%z}"]
+        if last["error"]:
+            out.append(f"  the last prune stopped: {last['error']}")
+    for table, t in r["totals"].items():
+        out.append(f"  {table}: archived {t['archived']}, pruned {t['pruned']} (all runs)")
+    for table, oldest in r["oldest"].items():
+        out.append(f"  oldest {table} kept: {'none' if oldest is None else f'{oldest:%Y-%m-%d %H:%M}'}")
+    out.append(
+        f"  identities kept: {r['identities']} (payload pruned: {r['identities_payload_pruned']});"
+        f" beyond_horizon arrivals: {r['beyond_horizon']} ({r['beyond_horizon_open']} not reviewed)"
+    )
+    sizes = ", ".join(f"{t} {n / 1e6:.1f} MB" for t, n in r["table_bytes"].items())
+    out.append(f"  table sizes: {sizes}")
+    return out
