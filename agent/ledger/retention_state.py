@@ -12,18 +12,31 @@ from typing import Any
 
 import psycopg
 
+from agent.ledger import prune_sql
+
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
-# The oldest row kept per table, by the time its period is counted from. The arrivals and the
-# canonical rows are read by their first id (ids follow time closely): no index on the time
-# is written per row for this.
+# The oldest row a prune could take per table (named by nothing kept: an open conflict's or a
+# boot's arrival is old by design and is not "behind"), by the time its period is counted from.
+# Arrivals and canonical rows are read in id order (ids follow time closely): no index on their
+# time is written per row for this; the rows kept on purpose at the front are read each time.
 OLDEST: dict[str, str] = {
-    "arrival": "SELECT received_at FROM arrival ORDER BY id LIMIT 1",
+    "arrival": "SELECT a.received_at FROM arrival a WHERE NOT "
+    + prune_sql.KEPT_ARRIVAL
+    + " ORDER BY a.id LIMIT 1",
     "notification": "SELECT min(sent_at) FROM notification WHERE state = 'sent'",
-    "canonical_payload": "SELECT created_at FROM canonical_event WHERE payload IS NOT NULL"
-    " ORDER BY id LIMIT 1",
+    "canonical_payload": "SELECT e.created_at FROM canonical_event e WHERE e.payload IS NOT NULL AND NOT "
+    + prune_sql.CANONICAL_NAMED
+    + " ORDER BY e.id LIMIT 1",
     "canonical_identity": "SELECT least((SELECT min(source_ts) FROM canonical_event),"
     " (SELECT min(inserted_arrival_at) FROM canonical_event WHERE source_ts IS NULL))",
+}
+# The table of `OLDEST` -> the `retention:` setting that keeps it.
+SETTING_OF = {
+    "arrival": "arrivals",
+    "notification": "notifications",
+    "canonical_payload": "canonical_payloads",
+    "canonical_identity": "identity_horizon",
 }
 SIZED = (
     "arrival",
@@ -63,7 +76,7 @@ async def stored_horizon(conn: Conn) -> float | None:
 
 
 async def read(conn: Conn) -> dict[str, Any]:
-    """The retention state as one JSON-able mapping (times as datetimes)."""
+    """The retention state as one mapping (times as datetimes; `json.dumps(..., default=str)`)."""
     cur = await conn.execute(LAST_RUN)
     last = await cur.fetchone()
     cur = await conn.execute(TOTALS)
@@ -77,8 +90,11 @@ async def read(conn: Conn) -> dict[str, Any]:
     counts = await cur.fetchone()
     assert counts is not None
     cur = await conn.execute(
-        "SELECT t, (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0)"
-        " FROM pg_partition_tree(t::regclass) p) FROM unnest(%s::text[]) AS t",  # a partitioned table's too
+        # A partitioned table has no storage of its own: its partitions' sizes are added (the
+        # tree of a plain table is empty here).
+        "SELECT t, pg_total_relation_size(t::regclass)"
+        " + (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0) FROM pg_partition_tree(t::regclass) p)"
+        " FROM unnest(%s::text[]) AS t",
         (list(SIZED),),
     )
     sizes = {str(r[0]): int(r[1]) for r in await cur.fetchall()}

@@ -24,7 +24,9 @@ HTTP = "http: {listen: '127.0.0.1:1'}\n"
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param("retention:\n  arrivals: 90d\n", ":3: retention.archive_dir: missing", id="no archive_dir"),
+        pytest.param(
+            "retention:\n  arrivals: 90d\n", ":3: retention.archive_dir: missing", id="no archive_dir"
+        ),
         pytest.param(
             "retention:\n  archive_dir: /a\n  arrivals: 90 days\n",
             ":4: retention.arrivals: '90 days' is not a duration",
@@ -40,8 +42,12 @@ HTTP = "http: {listen: '127.0.0.1:1'}\n"
             ":3: retention.archive_dir: 'relative/dir' must be an absolute path",
             id="a relative archive_dir",
         ),
-        pytest.param("retention:\n  archive_dir: /a\n  keep: 1d\n", ":4: retention.keep: unknown key", id="misspelt"),
-        pytest.param("retention:\n  archive_dir: /a\n  every: 0s\n", ":4: retention.every: must be longer", id="0s"),
+        pytest.param(
+            "retention:\n  archive_dir: /a\n  keep: 1d\n", ":4: retention.keep: unknown key", id="misspelt"
+        ),
+        pytest.param(
+            "retention:\n  archive_dir: /a\n  every: 0s\n", ":4: retention.every: must be longer", id="0s"
+        ),
     ],
 )
 def test_retention_errors_name_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
@@ -76,7 +82,9 @@ async def backdate(dsn: str) -> None:
         await conn.execute("UPDATE canonical_event SET created_at = created_at - interval '2 days'")
 
 
-async def test_prune_dry_run_then_prune_then_verify_and_check_as_processes(ledger_dsn: str, tmp_path: Path) -> None:
+async def test_prune_dry_run_then_prune_then_verify_and_check_as_processes(
+    ledger_dsn: str, tmp_path: Path
+) -> None:
     from agent.ledger.connection import connect
 
     conn = await connect(ledger_dsn)
@@ -99,7 +107,9 @@ async def test_prune_dry_run_then_prune_then_verify_and_check_as_processes(ledge
     assert "retention: last prune run 1 done" in check.stdout
     assert "arrival: archived 1, pruned 1" in check.stdout
     state = json.loads(ledger(ledger_dsn, "check", "--json").stdout)["retention"]
-    assert state["identities"] == 2 and state["identities_payload_pruned"] == 1 and state["beyond_horizon"] == 0
+    assert (
+        state["identities"] == 2 and state["identities_payload_pruned"] == 1 and state["beyond_horizon"] == 0
+    )
 
     data = next((tmp_path / "archive" / "arrival").glob("*.jsonl.gz"))
     data.write_bytes(data.read_bytes()[:-3])
@@ -125,3 +135,36 @@ async def test_ledger_run_prunes_on_its_schedule_and_logs_it(
     async with await psycopg.AsyncConnection.connect(ledger_dsn) as conn:
         cur = await conn.execute("SELECT count(*), min(outcome) FROM retention_run")
         assert await cur.fetchone() == (1, "done"), "one run (the next one is `every` later)"
+
+
+async def test_metrics_show_sizes_oldest_rows_pruned_and_beyond_horizon(
+    ledger_dsn: str, tmp_path: Path
+) -> None:
+    from prometheus_client import generate_latest
+
+    from agent.ledger import metrics, prune
+    from agent.ledger.connection import connect
+
+    conn = await connect(ledger_dsn)
+    try:
+        await record(conn, [line("T1"), line("T2"), line("T3", ts="2001-01-01T00:00:00.000Z")])
+        await backdate(ledger_dsn)
+        settings = config.load(write_config(tmp_path), check_files=False).retention
+        assert settings is not None
+        await prune.prune(conn, settings)
+        await metrics.refresh(conn)
+    finally:
+        await conn.close()
+    text = generate_latest(metrics.REGISTRY).decode()
+
+    def value(sample: str) -> float:
+        (got,) = [ln.rsplit(" ", 1)[1] for ln in text.splitlines() if ln.startswith(sample + " ")]
+        return float(got)
+
+    assert value('edge_ledger_rows_pruned{table="arrival"}') == 1
+    assert value('edge_ledger_rows_archived{table="canonical_payload"}') == 2
+    assert value('edge_ledger_retention_period_seconds{table="arrival"}') == 86400
+    assert value('edge_ledger_oldest_row_age_seconds{table="arrival"}') == 0, "nothing prunable left"
+    assert value('edge_ledger_table_bytes{table="arrival"}') > 0
+    assert value("edge_ledger_last_prune_ok") == 1 and value("edge_ledger_identities") == 2
+    assert value('edge_ledger_beyond_horizon_arrivals{state="open"}') == 1
