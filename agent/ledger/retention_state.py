@@ -118,3 +118,26 @@ async def read(conn: Conn) -> dict[str, Any]:
         "beyond_horizon_open": int(counts[3]),
         "table_bytes": sizes,
     }
+
+
+def describe(r: dict[str, Any]) -> list[str]:
+    """The state for people: `ledger check`'s lines, the overview page's."""
+    last = r["last_prune"]
+    if last is None:
+        out = ["retention: never pruned (`retention:` in ledger.yaml, `edge-agent ledger prune`)"]
+    else:
+        when = last["finished_at"] or last["started_at"]
+        out = [f"retention: last prune run {last['id']} {last['outcome']} at {when:%Y-%m-%d %H:%M:%S%z}"]
+        if last["error"]:
+            out.append(f"  the last prune stopped: {last['error']}")
+    for table, t in r["totals"].items():
+        out.append(f"  {table}: archived {t['archived']}, pruned {t['pruned']} (all runs)")
+    for table, oldest in r["oldest"].items():
+        out.append(f"  oldest {table} kept: {'none' if oldest is None else f'{oldest:%Y-%m-%d %H:%M}'}")
+    out.append(
+        f"  identities kept: {r['identities']} (payload pruned: {r['identities_payload_pruned']});"
+        f" beyond_horizon arrivals: {r['beyond_horizon']} ({r['beyond_horizon_open']} not reviewed)"
+    )
+    sizes = ", ".join(f"{t} {n / 1e6:.1f} MB" for t, n in r["table_bytes"].items())
+    out.append(f"  table sizes: {sizes}")
+    return out

@@ -93,7 +93,7 @@ def check_cmd(obj: LedgerContext, as_json: bool, require_sync_standby: bool) -> 
     else:
         click.echo(f"ledger schema is at version {version}")
         click.echo(f"replication on {server}: {state.describe()}")
-        for line in retention_lines(retention):
+        for line in retention_state.describe(retention):
             click.echo(line)
     if require_sync_standby and not state.sync_ok:
         click.echo(
@@ -103,26 +103,3 @@ def check_cmd(obj: LedgerContext, as_json: bool, require_sync_standby: bool) -> 
             err=True,
         )
         sys.exit(EX_UNAVAILABLE)
-
-
-def retention_lines(r: dict[str, Any]) -> list[str]:
-    """`ledger check`'s retention lines, for people."""
-    last = r["last_prune"]
-    if last is None:
-        out = ["retention: never pruned (`retention:` in ledger.yaml, `edge-agent ledger prune`)"]
-    else:
-        when = last["finished_at"] or last["started_at"]
-        out = [f"retention: last prune run {last['id']} {last['outcome']} at {when:%Y-%m-%d %H:%M:%S%z}"]
-        if last["error"]:
-            out.append(f"  the last prune stopped: {last['error']}")
-    for table, t in r["totals"].items():
-        out.append(f"  {table}: archived {t['archived']}, pruned {t['pruned']} (all runs)")
-    for table, oldest in r["oldest"].items():
-        out.append(f"  oldest {table} kept: {'none' if oldest is None else f'{oldest:%Y-%m-%d %H:%M}'}")
-    out.append(
-        f"  identities kept: {r['identities']} (payload pruned: {r['identities_payload_pruned']});"
-        f" beyond_horizon arrivals: {r['beyond_horizon']} ({r['beyond_horizon_open']} not reviewed)"
-    )
-    sizes = ", ".join(f"{t} {n / 1e6:.1f} MB" for t, n in r["table_bytes"].items())
-    out.append(f"  table sizes: {sizes}")
-    return out
