@@ -36,6 +36,9 @@ class Decision(StrEnum):
     CONFLICT = "conflict"
     IDENTITY_INCOMPLETE = "identity_incomplete"
     REJECTED = "rejected"
+    # The ledger only: a key with no identity whose event time is older than the identity horizon
+    # (ledger.md "Retention and the identity horizon"); the SQLite store never makes it.
+    BEYOND_HORIZON = "beyond_horizon"
 
 
 class Status(StrEnum):

@@ -19,6 +19,10 @@ of them (its (source, bootId) had keys forgotten and its sourceTimestamp is
 missing or not after the latest forgotten arrival) is `inserted` with the flag
 `key_horizon_passed`, so that it is not silently accepted as new.
 
+The ledger's identity horizon (`beyond_horizon`, `horizon_cutoff`): a key with no identity whose
+event time (source time, else the gateway's arrival time) is older than the horizon is
+`beyond_horizon`, every delivery of it in the batch: no canonical, the ledger does not guess.
+
 A delivery whose transitionId is a window key (`agent.core.window`) carries the flag
 `window_key` on its outcome, whatever the decision (contract section 8).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from agent.core.basis import IdentityBasis, basis_flags
@@ -34,6 +39,7 @@ from agent.core.contract import Decision, Delivery, Key, Rejection, device_of
 from agent.core.intake import incomplete_reason
 from agent.core.jcs import canonical_json
 from agent.core.records import BootObserved
+from agent.core.timestamps import parse_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,7 @@ def classify(
     pruned: Container[int] = frozenset(),
     forgotten: Mapping[tuple[str, str], str] | None = None,
     created: Container[Key] | None = None,
+    beyond: Container[Key] = frozenset(),
 ) -> tuple[list[Outcome], list[EventUpdate]]:
     """Decide every item of a batch, in order.
 
@@ -109,6 +116,8 @@ def classify(
     insert created (the ledger's `INSERT ... RETURNING`: with several writers
     ids are not a high-water mark); otherwise an id above `max_id_before` means
     created by this batch (the SQLite store, the only writer of its file).
+    `beyond` names keys with no identity beyond the identity horizon (`beyond_horizon`):
+    not in `canonical`, every delivery of them `beyond_horizon`.
     Returns one Outcome per item and the updates for canonical events that got
     later arrivals.
     """
@@ -123,6 +132,8 @@ def classify(
         key = item.key
         if key is None:
             oc = Outcome(Decision.IDENTITY_INCOMPLETE, None, None, incomplete_reason(item.missing))
+        elif beyond and key in beyond:
+            oc = Outcome(Decision.BEYOND_HORIZON, None, None, BEYOND_REASON)
         else:
             cid, canonical_hash = canonical[key]
             new = key in created if created is not None else cid > max_id_before
@@ -141,6 +152,24 @@ def classify(
             oc = replace(oc, flags=oc.flags + basis_flags(item.basis))
         append(oc)
     return outcomes, list(updates.values())
+
+
+BEYOND_REASON = "no identity for this key and its event time is older than the identity horizon"
+
+
+def horizon_cutoff(now: datetime, horizon_s: float) -> datetime:
+    """The oldest event time inside the identity horizon."""
+    return now - timedelta(seconds=horizon_s)
+
+
+def event_time(item: Delivery) -> str:
+    """What the identity horizon is counted against: the source time, else the gateway's arrival time."""
+    return item.source_timestamp or item.arrival_at
+
+
+def beyond_horizon(item: Delivery, cutoff: datetime) -> bool:
+    """True when `item`'s event time is older than `cutoff` (asked only of keys with no identity)."""
+    return parse_timestamp(event_time(item), "event time") < cutoff
 
 
 def _inserted(item: Delivery, key: Key, cid: int, forgotten: Mapping[tuple[str, str], str] | None) -> Outcome:

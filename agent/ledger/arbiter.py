@@ -36,6 +36,7 @@ from agent.ledger import arrival_keys, arrival_rows, failover, notifications, re
 from agent.ledger.arrivals import Arrival, Received
 from agent.ledger.config import NotifyRule
 from agent.ledger.errors import LedgerError, LedgerUnavailable
+from agent.ledger.storable import storable
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,12 @@ async def record(
     *,
     now: datetime | None = None,
     rules: Sequence[NotifyRule] = (),
+    horizon_s: float | None = None,
 ) -> list[decide.Outcome]:
     """Decide and commit one batch; returns one Outcome per arrival, in order.
 
+    With `horizon_s` (the identity horizon), a key with no identity whose event time is older
+    than `now - horizon_s` is `beyond_horizon` (no canonical, on the pending list).
     Returns only after COMMIT: an outcome is a promise that survives a crash of the ledger.
     Raises LedgerUnavailable when PostgreSQL cannot be reached (nothing of the batch kept).
     """
@@ -100,7 +104,7 @@ async def record(
     for attempt in range(1, RETRIES + 1):
         try:
             async with conn.transaction():
-                return await decide_batch(conn, batch, now or datetime.now(UTC), rules)
+                return await decide_batch(conn, batch, now or datetime.now(UTC), rules, horizon_s)
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
             log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
             await asyncio.sleep(0.01 * attempt)
@@ -118,43 +122,12 @@ async def record(
     raise LedgerError(f"a batch of {len(batch)} failed {RETRIES} times (deadlock, serialization, race)")
 
 
-_NUL = "\x00"
-
-
-def storable(arr: Arrival) -> Arrival:
-    """The arrival as PostgreSQL can hold it: text cannot contain U+0000, so a delivery carrying
-    one in an id, its payload or a record's fields is `rejected` with that reason (its raw bytes
-    are kept), and evidence text has it escaped. The SQLite store accepts such text; this is the
-    one input on which the two differ."""
-    it = arr.item
-    if type(it) is Delivery and _NUL not in (
-        f"{arr.gateway}{arr.ce_id}{it.source}{it.transition_id}{it.boot_id}{it.payload_json}"
-    ):
-        return arr  # the common case, looked at in one piece
-    gateway = arr.gateway.replace(_NUL, "\\u0000")
-    ce = arr.ce_id.replace(_NUL, "\\u0000") if arr.ce_id else arr.ce_id
-    texts: tuple[str | None, ...] = ()
-    if isinstance(it, Delivery):
-        texts = (it.source, it.transition_id, it.boot_id, it.payload_json)
-    elif isinstance(it, Received):
-        texts = (it.source, it.ce_id, it.boot_id, *(v for v in it.fields.values() if isinstance(v, str)))
-    elif _NUL in it.reason:
-        it = Rejection(it.raw, it.reason.replace(_NUL, "\\u0000"), it.arrival_at, it.receiver, it.line)
-    if any(t and _NUL in t for t in texts):
-        it = Rejection(
-            it.raw,
-            "U+0000 in an id or the payload cannot be stored in PostgreSQL text",
-            it.arrival_at,
-            "",
-            it.line,
-        )
-    if it is arr.item and gateway == arr.gateway and ce == arr.ce_id:
-        return arr
-    return Arrival(it, gateway, arr.via, arr.attempt, arr.replayed, ce, arr.key)
-
-
 async def decide_batch(
-    conn: Conn, batch: Sequence[Arrival], now: datetime, rules: Sequence[NotifyRule] = ()
+    conn: Conn,
+    batch: Sequence[Arrival],
+    now: datetime,
+    rules: Sequence[NotifyRule] = (),
+    horizon_s: float | None = None,
 ) -> list[decide.Outcome]:
     """The steps of one batch, inside the caller's transaction. An arrival whose key is recorded
     already (a re-run after an unknown COMMIT outcome) gets its stored outcome and writes nothing;
@@ -163,10 +136,11 @@ async def decide_batch(
     firsts, repeats = arrival_keys.split(keys)
     known = await arrival_keys.recorded(conn, keys, firsts)
     new = [i for i in firsts if i not in known]
+    cutoff = decide.horizon_cutoff(now, horizon_s) if horizon_s else None
     if len(new) == len(batch):
-        return await _decide_new(conn, batch, [k for _, k in keys], now, rules)
+        return await _decide_new(conn, batch, [k for _, k in keys], now, rules, cutoff)
     outcomes: dict[int, decide.Outcome] = dict(known)
-    decided = await _decide_new(conn, [batch[i] for i in new], [keys[i][1] for i in new], now, rules)
+    decided = await _decide_new(conn, [batch[i] for i in new], [keys[i][1] for i in new], now, rules, cutoff)
     outcomes.update(zip(new, decided, strict=True))
     for i, first in repeats.items():
         outcomes[i] = outcomes[first]
@@ -174,7 +148,12 @@ async def decide_batch(
 
 
 async def _decide_new(
-    conn: Conn, batch: Sequence[Arrival], keys: list[bytes], now: datetime, rules: Sequence[NotifyRule]
+    conn: Conn,
+    batch: Sequence[Arrival],
+    keys: list[bytes],
+    now: datetime,
+    rules: Sequence[NotifyRule],
+    cutoff: datetime | None,
 ) -> list[decide.Outcome]:
     if not batch:
         return []
@@ -183,7 +162,8 @@ async def _decide_new(
     where = [i for i, it in enumerate(items) if not isinstance(it, Received)]
     deliveries: list[Delivery | Rejection] = [it for it in items if not isinstance(it, Received)]
     outcomes: list[decide.Outcome | None] = [None] * len(batch)
-    for i, oc in zip(where, await _decide_deliveries(conn, batch, deliveries, ids, where), strict=True):
+    decided = await _decide_deliveries(conn, batch, deliveries, ids, where, cutoff)
+    for i, oc in zip(where, decided, strict=True):
         outcomes[i] = oc
     for i, oc in (await records.record(conn, batch, ids)).items():
         outcomes[i] = oc
@@ -201,22 +181,17 @@ async def _decide_deliveries(
     items: list[Delivery | Rejection],
     all_ids: list[int],
     where: list[int],
+    cutoff: datetime | None = None,
 ) -> list[decide.Outcome]:
     """Transitions (and rejections): canonical rows, the decision, counts, conflicts, boots, pending."""
     if not items:
         return []
     ids = [all_ids[i] for i in where]
     firsts = {key: where[i] for key, i in _firsts(items).items()}
-    canonical = await _read_canonicals(conn, list(firsts))
-    created = await _insert_canonicals(conn, batch, {k: i for k, i in firsts.items() if k not in canonical})
-    canonical.update(created)
-    if len(canonical) < len(firsts):  # another arbiter committed some of our new keys meanwhile
-        canonical.update(await _read_canonicals(conn, [k for k in firsts if k not in canonical]))
-    if len(canonical) != len(firsts):  # cannot happen: a canonical row is never deleted
-        raise LedgerError(f"canonical rows missing for {len(firsts) - len(canonical)} keys after the insert")
+    canonical, created, beyond = await _canonicals(conn, batch, firsts, cutoff)
     # The counts of later arrivals (`updates`) are not written: the report reads them from the
     # arrivals, so a duplicate never rewrites (or locks) its canonical row.
-    outcomes, _ = decide.classify(items, canonical, 0, created=created.keys())
+    outcomes, _ = decide.classify(items, canonical, 0, created=created.keys(), beyond=beyond)
     await _insert_conflicts(conn, items, outcomes, ids)
     # A device's boots are derived from the key only for import lines (`source` = device/channel);
     # a gateway sends its BootObserved records itself, and a CloudEvents source names the site.
@@ -224,10 +199,38 @@ async def _decide_deliveries(
         s for s in decide.sightings_of(items) if s.index is None or batch[where[s.index]].via == "import"
     ]
     await record_boots(conn, sightings, ids)
-    pending = [i for i, oc in zip(ids, outcomes, strict=True) if oc.decision is Decision.IDENTITY_INCOMPLETE]
+    pending = [i for i, oc in zip(ids, outcomes, strict=True) if oc.decision in FOR_A_PERSON]
     if pending:
         await conn.execute(INSERT_PENDING, (pending,))
     return outcomes
+
+
+FOR_A_PERSON = (Decision.IDENTITY_INCOMPLETE, Decision.BEYOND_HORIZON)  # kept on the pending list
+
+
+async def _canonicals(
+    conn: Conn, batch: Sequence[Arrival], firsts: dict[Key, int], cutoff: datetime | None
+) -> tuple[dict[Key, tuple[int, str]], dict[Key, tuple[int, str]], set[Key]]:
+    """The canonical row of every key (read, or inserted for a new key), the keys this batch
+    created, and the keys beyond the identity horizon (no identity, event time before `cutoff`:
+    no row inserted for them)."""
+    canonical = await _read_canonicals(conn, list(firsts))
+    unknown = {k: i for k, i in firsts.items() if k not in canonical}
+    beyond: set[Key] = set()
+    if cutoff is not None:
+        for k, i in unknown.items():
+            d = batch[i].item
+            if isinstance(d, Delivery) and decide.beyond_horizon(d, cutoff):
+                beyond.add(k)
+    created = await _insert_canonicals(conn, batch, {k: i for k, i in unknown.items() if k not in beyond})
+    canonical.update(created)
+    if len(canonical) + len(beyond) < len(firsts):  # another arbiter committed some new keys meanwhile
+        canonical.update(
+            await _read_canonicals(conn, [k for k in firsts if k not in canonical and k not in beyond])
+        )
+    if len(canonical) + len(beyond) != len(firsts):  # an identity pruned at its horizon meanwhile
+        raise LedgerError(f"canonical rows missing for {len(firsts) - len(canonical)} keys after the insert")
+    return canonical, created, beyond
 
 
 def _firsts(items: Sequence[Delivery | Rejection]) -> dict[Key, int]:

@@ -2,7 +2,8 @@
 
 Shape (ledger.md section 6; names may grow, never change): `dsn`, `password_file`, `mqtt`,
 `http` (at least one of the two), `notify` (rules), `require_sync_standby` (section 7: refuse to
-acknowledge while the primary has no synchronous standby; default false). Reuses the
+acknowledge while the primary has no synchronous standby; default false), `retention`
+(`agent.ledger.retention_config`). Reuses the
 gateway's line-numbered YAML reader, so messages look the same.
 """
 
@@ -29,6 +30,7 @@ from agent.config.yaml_lines import (
     _text,
 )
 from agent.ledger.config_views import DEFAULT_STATUS_TOPIC, MetricsSettings, WebSettings, views
+from agent.ledger.retention_config import RetentionSettings, retention_section
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\s]+):(?P<port>\d{1,5})")
@@ -93,6 +95,7 @@ class LedgerConfig:
     web: WebSettings | None = None
     status_topic: str = DEFAULT_STATUS_TOPIC
     require_sync_standby: bool = False
+    retention: RetentionSettings | None = None  # None: nothing pruned, nothing beyond the horizon
 
 
 def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
@@ -114,6 +117,7 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
         for i, entry in enumerate(top.get("notify", _list, _no_rules()))
     ]
     metrics, web, status_topic = views(top, check_files)
+    retention = retention_section(top.sub("retention"), check_files) if top.has("retention") else None
     top.finish()
     if mqtt is None and http is None and not problems:
         problems.append(
@@ -128,7 +132,17 @@ def load(path: str | Path, *, check_files: bool = True) -> LedgerConfig:
     if problems:
         raise ConfigProblems(problems)
     return LedgerConfig(
-        dsn, password_file, mqtt, http, tuple(rules), str(main), metrics, web, status_topic, require_sync
+        dsn,
+        password_file,
+        mqtt,
+        http,
+        tuple(rules),
+        str(main),
+        metrics,
+        web,
+        status_topic,
+        require_sync,
+        retention,
     )
 
 

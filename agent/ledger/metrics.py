@@ -8,6 +8,8 @@ Two kinds of figures:
   notifications by state and the oldest due one's age, the last arrival and status of each
   gateway (labelled `site` and `gateway`: the fleet is keyed by both; `site` empty when not
   known), the conflicts and pending arrivals open, the replication state this server reports;
+* retention (`agent.ledger.retention_metrics`): table sizes, the oldest row a prune could take,
+  rows pruned and archived, the last prune, identities and `beyond_horizon` arrivals;
 * the writer's failover figures (`agent.ledger.failover.GAUGES`: synchronous standby seen,
   batches refused for want of one, outages, batches run again), read at each scrape.
 Names start with `edge_ledger_`; the gateway's start with `edge_agent_`.
@@ -27,7 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from agent.core.contract import Decision
 from agent.core.decide import Outcome
-from agent.ledger import failover
+from agent.ledger import failover, retention_metrics
 from agent.ledger.arrivals import VIAS, Arrival
 from agent.ledger.errors import LedgerUnavailable
 
@@ -166,6 +168,8 @@ _FAILOVER_HELP = {
     "edge_ledger_batches_rerun_total": "Batches run again after an unknown or failed outcome",
 }
 REGISTRY.register(_FailoverCollector())
+for _gauge in retention_metrics.GAUGES:
+    REGISTRY.register(_gauge)
 
 
 def committed(batch: Sequence[Arrival], outcomes: Sequence[Outcome], seconds: float) -> None:
@@ -232,6 +236,7 @@ async def refresh(conn: Any) -> None:
         STANDBYS.labels(str(state)).set(n)
     cur = await conn.execute(SCRAPE_SQL["sync_names"])
     SYNC_NAMES.set(1 if (await cur.fetchone())[0] else 0)
+    await retention_metrics.refresh(conn)
 
 
 def make_app(pool: Any) -> web.Application:

@@ -32,7 +32,7 @@ from agent.ledger.writer import Writer
 
 log = logging.getLogger(__name__)
 
-PENDING_RESTART = ("dsn", "password_file", "http", "metrics", "require_sync_standby")
+PENDING_RESTART = ("dsn", "password_file", "http", "metrics", "require_sync_standby", "retention")
 
 
 @dataclass

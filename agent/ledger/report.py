@@ -75,7 +75,8 @@ async def summary(conn: Conn) -> dict[str, int]:
         anomalies=anomalies,
         delivery_attempts=0,  # the ledger sends nothing upstream; notifications are counted apart
     )
-    return {**counts, "conflicts_open": open_conflicts}
+    beyond = by_decision.get(Decision.BEYOND_HORIZON.value, 0)
+    return {**counts, "conflicts_open": open_conflicts, "beyond_horizon": beyond}
 
 
 async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
@@ -97,14 +98,14 @@ async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
             "bootId": r[3],
             "sourceTimestamp": ts(r[4]),
             "status": Status.DUPLICATE_CONFLICT.value if r[5] else Status.CANONICAL.value,
-            "payload": json.loads(r[6]),
+            "payload": None if r[6] is None else json.loads(r[6]),  # None: pruned (the archive has it)
             "payload_hash": r[7],
-            "duplicate_count": r[8],
+            "duplicate_count": max(r[8], 0),  # of the arrivals kept: a prune removes old ones
             "conflict_count": r[9],
             "first_arrival": ts(r[10]),
             "last_arrival": ts(r[11]),
             "first_gateway": r[12],
-            "arrivals": r[8] + 1,
+            "arrivals": r[8] + 1,  # kept
             "gateways": list(r[13]),
         }
 
@@ -149,7 +150,7 @@ async def arrivals(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
 
 
 async def pending(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
-    """The identity-incomplete arrivals waiting for a person."""
+    """The identity-incomplete and beyond-horizon arrivals waiting for a person."""
     sql: LiteralString = (
         _ARRIVAL_COLUMNS + " JOIN pending p ON p.arrival_id = a.id WHERE p.state = 'open'"
         " ORDER BY a.gateway_arrival_at, a.id"
@@ -176,7 +177,7 @@ async def conflicts(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
             "transitionId": r[3],
             "bootId": r[4],
             "canonical": {
-                "payload": json.loads(r[5]),
+                "payload": None if r[5] is None else json.loads(r[5]),  # None: pruned (in the archive)
                 "payload_hash": r[6],
                 "sourceTimestamp": ts(r[7]),
                 "gateway": r[12],

@@ -16,7 +16,7 @@ from agent.core.timestamps import format_timestamp
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
-REVIEWABLE = ("conflict", "identity_incomplete")
+REVIEWABLE = ("conflict", "identity_incomplete", "beyond_horizon")
 
 
 class EmptyNote(ValueError):
@@ -36,7 +36,7 @@ async def mark(conn: Conn, arrival_id: int, note: str, by: str | None) -> Mark:
         if row[0] not in REVIEWABLE:
             raise NotReviewable(
                 f"arrival {arrival_id} is {row[0]}:"
-                " only conflicts and identity-incomplete arrivals are reviewed"
+                " only conflicts and identity-incomplete (or beyond-horizon) arrivals are reviewed"
             )
         cur = await conn.execute(
             "INSERT INTO review_mark (arrival_id, kind, note, marked_by) VALUES (%s, %s, %s, %s)"

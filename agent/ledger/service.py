@@ -3,7 +3,8 @@
 Start: read the password file, try PostgreSQL once (and migrate); when it is down the intakes
 still start and refuse to acknowledge (HTTP 503, MQTT holds its PUBACKs) until it returns.
 The notifier (when `notify` rules exist) works on its own connection, woken by the arbiter's
-NOTIFY and polling every second anyway.
+NOTIFY and polling every second anyway. With `retention:`, a prune every `retention.every`
+(`agent.ledger.prune_schedule`), and the writer decides against the identity horizon.
 SIGHUP: read `ledger.yaml` again without stopping (`agent.ledger.reload`).
 SIGTERM / SIGINT: stop taking new work, let in-flight batches commit (or fail unacknowledged),
 let in-flight notifications settle, close, exit 0.
@@ -44,12 +45,7 @@ async def run(
         if config.password_file
         else None
     )
-    writer = Writer(
-        dsn or config.dsn,
-        password=password,
-        rules=config.notify,
-        require_sync_standby=config.require_sync_standby,
-    )
+    writer = _writer(config, dsn, password)
     try:
         await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start
     except LedgerUnavailable as exc:
@@ -80,6 +76,10 @@ async def run(
                 tg.create_task(side, name=name)
             if notifier is not None:
                 parts.start("notifier", notifier.run)
+            if config.retention is not None:
+                from agent.ledger.prune_schedule import prune_every
+
+                tg.create_task(prune_every(dsn or config.dsn, password, config.retention, stop), name="prune")
             log.info("ledger running")
             await _serve_reloads(parts, stop, asked)
             log.info("ledger stopping")
@@ -89,6 +89,16 @@ async def run(
             await http.stop()
         await statuses.close()
         await writer.close()
+
+
+def _writer(config: LedgerConfig, dsn: str | None, password: str | None) -> Writer:
+    return Writer(
+        dsn or config.dsn,
+        password=password,
+        rules=config.notify,
+        require_sync_standby=config.require_sync_standby,
+        horizon_s=config.retention.identity_horizon_s if config.retention else None,
+    )
 
 
 def _notifier(dsn: str | None, password: str | None) -> Any:

@@ -8,11 +8,22 @@ from agent.cli.ledger.context import LEDGER_EXIT_HELP, LedgerContext, require_ex
 from agent.cli.ledger.demo import demo_cmd
 from agent.cli.ledger.intake import import_cmd, run_cmd
 from agent.cli.ledger.notifications import notifications_group
+from agent.cli.ledger.prune import archive_group, prune_cmd
 from agent.cli.ledger.report import report_cmd
 from agent.cli.ledger.schema import check_cmd, migrate_cmd
 from agent.cli.ledger.web import review_group, web_cmd
 
-COMMANDS = (migrate_cmd, check_cmd, import_cmd, run_cmd, demo_cmd, notifications_group, report_cmd)
+COMMANDS = (
+    migrate_cmd,
+    check_cmd,
+    import_cmd,
+    run_cmd,
+    demo_cmd,
+    notifications_group,
+    report_cmd,
+    prune_cmd,
+    archive_group,
+)
 COMMANDS_WEB = (web_cmd, review_group)  # the review page and the marks it shares with the CLI
 
 

@@ -35,7 +35,7 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
     import gc
 
     from agent.cli.records import IMPORT_GC_THRESHOLD, ImportTally, _json_results
-    from agent.ledger import arbiter
+    from agent.ledger import arbiter, retention_state
     from agent.ledger.arrivals import file_digest, from_import
     from agent.sources.importer import read_batches
 
@@ -43,6 +43,9 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 
     async def go() -> None:
         conn = await obj.open(migrate=True)
+        # The identity horizon the ledger's prune works to (its last run's settings): an import of
+        # old lines meets pruned identities as `ledger run` would, never as new keys.
+        horizon_s = await retention_state.stored_horizon(conn)
         # The young generation's collections wait for 10,000 allocations, as in `edge-agent
         # import`: a batch's thousands of objects live until it is committed and go by reference
         # counting. (Parsing ahead in a second process, as `edge-agent import` does, was tried:
@@ -55,7 +58,7 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
                 digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
                 for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
                     arrivals = [from_import(it, gateway, digest) for it in batch.items]
-                    outcomes = await arbiter.record(conn, arrivals)
+                    outcomes = await arbiter.record(conn, arrivals, horizon_s=horizon_s)
                     if as_json:
                         sys.stdout.write(_json_results(batch.lines, outcomes))
                         sys.stdout.flush()

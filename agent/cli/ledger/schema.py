@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -61,27 +62,39 @@ def check_cmd(obj: LedgerContext, as_json: bool, require_sync_standby: bool) -> 
       edge-agent ledger check || edge-agent ledger migrate
       edge-agent ledger check --require-sync-standby   # before a rollout with require_sync_standby
 
+    And the retention state (ledger.md, "Retention and the identity horizon"): the last prune and
+    its outcome, rows archived and pruned per table, the oldest row kept per table, the identities
+    kept, the `beyond_horizon` arrivals, each table's size.
+
     Exit 0 up to date, 69 PostgreSQL unreachable (or, with --require-sync-standby, no synchronous
     standby streaming: a ledger with `require_sync_standby: true` would acknowledge nothing),
     74 a migration is pending or the schema is newer.
     """
-    from agent.ledger import failover, migrations
+    from agent.ledger import failover, migrations, retention_state
     from agent.ledger.writer import conn_info
 
-    async def go() -> tuple[str, failover.ReplicationState]:
+    async def go() -> tuple[str, failover.ReplicationState, dict[str, Any]]:
         conn = await obj.open(migrate=False)
         try:
-            return conn_info(conn), await failover.replication_state(conn)
+            return conn_info(conn), await failover.replication_state(conn), await retention_state.read(conn)
         finally:
             await conn.close()
 
-    server, state = run_ledger(go)
+    server, state, retention = run_ledger(go)
     version = len(migrations.migrations())
     if as_json:
-        click.echo(json.dumps({"schema_version": version, "server": server, "replication": state.as_json()}))
+        doc = {
+            "schema_version": version,
+            "server": server,
+            "replication": state.as_json(),
+            "retention": retention,
+        }
+        click.echo(json.dumps(doc, default=str))
     else:
         click.echo(f"ledger schema is at version {version}")
         click.echo(f"replication on {server}: {state.describe()}")
+        for line in retention_state.describe(retention):
+            click.echo(line)
     if require_sync_standby and not state.sync_ok:
         click.echo(
             f"edge-agent ledger: {server} has no synchronous standby streaming; with require_sync_standby"

@@ -57,7 +57,7 @@ def summary_lines(summary: dict[str, int], notifications: Sequence[dict[str, Any
         f"source events (canonical): {s['source_events']}",
         f"arrivals:                  {s['arrivals']}  (inserted {s['inserted']}, duplicate {s['duplicates']}"
         f" (same content), conflict {s['conflicts']}, identity_incomplete {s['identity_incomplete']},"
-        f" rejected {s['rejected']})",
+        f" rejected {s['rejected']}, beyond_horizon {s.get('beyond_horizon', 0)})",
         f"open conflicts:            {s['conflicts_open']}",
         f"boots observed:            {s['boots']}",
         f"gaps / anomalies:          {s['gaps']} / {s['anomalies']}",

@@ -49,7 +49,7 @@ CREATE TABLE public.arrival (
     ce_id text,
     raw bytea NOT NULL,
     arrival_key bytea NOT NULL,
-    CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text]))),
+    CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text, 'beyond_horizon'::text]))),
     CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
     CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
 );
@@ -90,11 +90,13 @@ CREATE TABLE public.canonical_event (
     transition_id text NOT NULL,
     boot_id text NOT NULL,
     source_ts timestamp with time zone,
-    payload text NOT NULL,
+    payload text,
     payload_hash text NOT NULL,
     inserted_arrival_at timestamp with time zone NOT NULL,
     first_gateway text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    payload_pruned_at timestamp with time zone,
+    CONSTRAINT canonical_event_payload_kept CHECK (((payload IS NOT NULL) OR (payload_pruned_at IS NOT NULL)))
 );
 
 ALTER TABLE public.canonical_event ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -177,6 +179,34 @@ CREATE TABLE public.pending (
     CONSTRAINT pending_state_check CHECK ((state = ANY (ARRAY['open'::text, 'resolved'::text])))
 );
 
+CREATE TABLE public.retention_run (
+    id bigint NOT NULL,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    dry_run boolean DEFAULT false NOT NULL,
+    settings jsonb NOT NULL,
+    outcome text DEFAULT 'running'::text NOT NULL,
+    error text,
+    CONSTRAINT retention_run_outcome_check CHECK ((outcome = ANY (ARRAY['running'::text, 'done'::text, 'archive_failed'::text, 'failed'::text])))
+);
+
+ALTER TABLE public.retention_run ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.retention_run_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.retention_table_run (
+    run_id bigint NOT NULL,
+    tbl text NOT NULL,
+    archived bigint DEFAULT 0 NOT NULL,
+    pruned bigint DEFAULT 0 NOT NULL,
+    files text[] DEFAULT '{}'::text[] NOT NULL
+);
+
 CREATE TABLE public.review_mark (
     id bigint NOT NULL,
     arrival_id bigint NOT NULL,
@@ -184,7 +214,7 @@ CREATE TABLE public.review_mark (
     note text NOT NULL,
     marked_at timestamp with time zone DEFAULT now() NOT NULL,
     marked_by text,
-    CONSTRAINT review_mark_kind_check CHECK ((kind = ANY (ARRAY['conflict'::text, 'identity_incomplete'::text]))),
+    CONSTRAINT review_mark_kind_check CHECK ((kind = ANY (ARRAY['conflict'::text, 'identity_incomplete'::text, 'beyond_horizon'::text]))),
     CONSTRAINT review_mark_note_check CHECK ((btrim(note) <> ''::text))
 );
 
@@ -245,12 +275,20 @@ ALTER TABLE ONLY public.pending
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_pkey PRIMARY KEY (arrival_id);
 
+ALTER TABLE ONLY public.retention_run
+    ADD CONSTRAINT retention_run_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.retention_table_run
+    ADD CONSTRAINT retention_table_run_pkey PRIMARY KEY (run_id, tbl);
+
 ALTER TABLE ONLY public.review_mark
     ADD CONSTRAINT review_mark_pkey PRIMARY KEY (id);
 
 CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
 
 CREATE INDEX arrival_gateway_site_received ON public.arrival USING btree (gateway, public.arrival_site(via, kind, source), received_at);
+
+CREATE INDEX canonical_event_no_source_ts ON public.canonical_event USING btree (inserted_arrival_at) WHERE (source_ts IS NULL);
 
 CREATE INDEX canonical_event_source_ts ON public.canonical_event USING btree (source_ts);
 
@@ -279,6 +317,9 @@ ALTER TABLE ONLY public.notification
 
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+
+ALTER TABLE ONLY public.retention_table_run
+    ADD CONSTRAINT retention_table_run_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.retention_run(id);
 
 ALTER TABLE ONLY public.review_mark
     ADD CONSTRAINT review_mark_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);

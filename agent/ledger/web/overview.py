@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.ledger import retention_state
 from agent.ledger.web import queries
 from agent.ledger.web.common import POOL, SILENT_AFTER, export, export_format, html_response
 from agent.ledger.web.html import Markup, esc, exports, link, page, table, tag, url
@@ -95,8 +96,9 @@ async def overview(request: web.Request) -> web.StreamResponse:
     async with request.app[POOL].reading() as conn:
         counts, estimated = await totals(conn)
         fleet = fleet_rows(await queries.fetch(conn, queries.FLEET), request.app[SILENT_AFTER])
+        retention = await retention_state.read(conn)
     if fmt in ("csv", "json"):
-        doc = {"summary": counts, "estimated": sorted(estimated), "fleet": fleet}
+        doc = {"summary": counts, "estimated": sorted(estimated), "fleet": fleet, "retention": retention}
         return export(fleet if fmt == "csv" else [doc], fmt, "overview")
     cells = []
     for k, v in counts.items():
@@ -160,6 +162,8 @@ async def overview(request: web.Request) -> web.StreamResponse:
             ],
             rows,
         ),
+        tag("h2", "Retention"),
+        tag("pre", "\n".join(retention_state.describe(retention))),
         exports("/", {}),
         active="/",
     )

@@ -5,7 +5,8 @@
 -- `source` as before, and keys on `id` become (source, id). A foreign key may not point at an id
 -- alone any more, so the foreign keys that did (conflict, pending, boot, anomaly, review_mark ->
 -- arrival; conflict, notification -> canonical_event) are dropped: the arbiter writes them in the same
--- transaction as the rows they name, and neither kind of row is ever deleted.
+-- transaction as the rows they name; a prune (0006) deletes an arrival or a canonical row only
+-- when nothing kept names it (its statements say so in their WHERE, not through a foreign key).
 -- The arbiter's statements run unchanged: INSERT ... ON CONFLICT ON CONSTRAINT <the same names>.
 -- :partitions is set by the caller (SET ledger.partitions = 'N' before this script).
 
@@ -35,6 +36,7 @@ ALTER TABLE canonical_event
     ADD CONSTRAINT canonical_event_key UNIQUE (source, transition_id, boot_id);
 CREATE INDEX canonical_event_id ON canonical_event (id);
 CREATE INDEX canonical_event_source_ts ON canonical_event (source_ts);  -- the review page (0003)
+CREATE INDEX canonical_event_no_source_ts ON canonical_event (inserted_arrival_at) WHERE source_ts IS NULL;  -- (0006)
 
 -- A rejected arrival has no source: (source, id) is unique with nulls not distinct, not a primary key.
 CREATE TABLE arrival_new (LIKE arrival INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS)

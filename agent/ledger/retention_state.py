@@ -1,0 +1,143 @@
+"""What retention did and what is kept: read for `ledger check`, `/metrics` and the overview page.
+
+The last prune (its settings, outcome, per table the rows archived and pruned), the oldest row
+kept per table, the identities kept (and of them those whose payload is pruned), the
+`beyond_horizon` arrivals, and each table's size on disk (`pg_total_relation_size`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from agent.ledger import prune_sql
+
+Conn = psycopg.AsyncConnection[tuple[Any, ...]]
+
+# The oldest row a prune could take per table (named by nothing kept: an open conflict's or a
+# boot's arrival is old by design and is not "behind"), by the time its period is counted from.
+# Arrivals and canonical rows are read in id order (ids follow time closely): no index on their
+# time is written per row for this; the rows kept on purpose at the front are read each time.
+OLDEST: dict[str, str] = {
+    "arrival": "SELECT a.received_at FROM arrival a WHERE NOT "
+    + prune_sql.KEPT_ARRIVAL
+    + " ORDER BY a.id LIMIT 1",
+    "notification": "SELECT min(sent_at) FROM notification WHERE state = 'sent'",
+    "canonical_payload": "SELECT e.created_at FROM canonical_event e WHERE e.payload IS NOT NULL AND NOT "
+    + prune_sql.CANONICAL_NAMED
+    + " ORDER BY e.id LIMIT 1",
+    "canonical_identity": "SELECT least((SELECT min(source_ts) FROM canonical_event),"
+    " (SELECT min(inserted_arrival_at) FROM canonical_event WHERE source_ts IS NULL))",
+}
+# The table of `OLDEST` -> the `retention:` setting that keeps it.
+SETTING_OF = {
+    "arrival": "arrivals",
+    "notification": "notifications",
+    "canonical_payload": "canonical_payloads",
+    "canonical_identity": "identity_horizon",
+}
+SIZED = (
+    "arrival",
+    "canonical_event",
+    "notification",
+    "conflict",
+    "pending",
+    "review_mark",
+    "boot",
+    "anomaly",
+)
+
+LAST_RUN = (
+    "SELECT id, started_at, finished_at, outcome, error, settings FROM retention_run"
+    " WHERE NOT dry_run ORDER BY id DESC LIMIT 1"
+)
+TOTALS = "SELECT tbl, sum(archived), sum(pruned) FROM retention_table_run GROUP BY tbl ORDER BY tbl"
+COUNTS = (
+    "SELECT (SELECT count(*) FROM canonical_event),"
+    " (SELECT count(*) FROM canonical_event WHERE payload IS NULL),"
+    " (SELECT count(*) FROM arrival WHERE decision = 'beyond_horizon'),"
+    " (SELECT count(*) FROM arrival a JOIN pending p ON p.arrival_id = a.id"
+    "   WHERE a.decision = 'beyond_horizon' AND p.state = 'open' AND NOT EXISTS"
+    "   (SELECT 1 FROM review_mark m WHERE m.arrival_id = a.id))"
+)
+
+
+async def stored_horizon(conn: Conn) -> float | None:
+    """The identity horizon (seconds) of the last prune that ran, or None (never pruned)."""
+    cur = await conn.execute(
+        "SELECT (settings->>'identity_horizon_s')::float8 FROM retention_run"
+        " WHERE NOT dry_run ORDER BY id DESC LIMIT 1"
+    )
+    row = await cur.fetchone()
+    await conn.rollback()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+async def read(conn: Conn) -> dict[str, Any]:
+    """The retention state as one mapping (times as datetimes; `json.dumps(..., default=str)`)."""
+    cur = await conn.execute(LAST_RUN)
+    last = await cur.fetchone()
+    cur = await conn.execute(TOTALS)
+    totals = {str(r[0]): {"archived": int(r[1]), "pruned": int(r[2])} for r in await cur.fetchall()}
+    oldest: dict[str, datetime | None] = {}
+    for table, sql in OLDEST.items():
+        cur = await conn.execute(sql.encode())  # our own text
+        row = await cur.fetchone()
+        oldest[table] = row[0] if row else None
+    cur = await conn.execute(COUNTS)
+    counts = await cur.fetchone()
+    assert counts is not None
+    cur = await conn.execute(
+        # A partitioned table has no storage of its own: its partitions' sizes are added (the
+        # tree of a plain table is empty here).
+        "SELECT t, pg_total_relation_size(t::regclass)"
+        " + (SELECT coalesce(sum(pg_total_relation_size(p.relid)), 0) FROM pg_partition_tree(t::regclass) p)"
+        " FROM unnest(%s::text[]) AS t",
+        (list(SIZED),),
+    )
+    sizes = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+    await conn.rollback()
+    return {
+        "last_prune": None
+        if last is None
+        else {
+            "id": last[0],
+            "started_at": last[1],
+            "finished_at": last[2],
+            "outcome": last[3],
+            "error": last[4],
+            "settings": last[5],
+        },
+        "totals": totals,
+        "oldest": oldest,
+        "identities": int(counts[0]),
+        "identities_payload_pruned": int(counts[1]),
+        "beyond_horizon": int(counts[2]),
+        "beyond_horizon_open": int(counts[3]),
+        "table_bytes": sizes,
+    }
+
+
+def describe(r: dict[str, Any]) -> list[str]:
+    """The state for people: `ledger check`'s lines, the overview page's."""
+    last = r["last_prune"]
+    if last is None:
+        out = ["retention: never pruned (`retention:` in ledger.yaml, `edge-agent ledger prune`)"]
+    else:
+        when = last["finished_at"] or last["started_at"]
+        out = [f"retention: last prune run {last['id']} {last['outcome']} at {when:%Y-%m-%d %H:%M:%S%z}"]
+        if last["error"]:
+            out.append(f"  the last prune stopped: {last['error']}")
+    for table, t in r["totals"].items():
+        out.append(f"  {table}: archived {t['archived']}, pruned {t['pruned']} (all runs)")
+    for table, oldest in r["oldest"].items():
+        out.append(f"  oldest {table} kept: {'none' if oldest is None else f'{oldest:%Y-%m-%d %H:%M}'}")
+    out.append(
+        f"  identities kept: {r['identities']} (payload pruned: {r['identities_payload_pruned']});"
+        f" beyond_horizon arrivals: {r['beyond_horizon']} ({r['beyond_horizon_open']} not reviewed)"
+    )
+    sizes = ", ".join(f"{t} {n / 1e6:.1f} MB" for t, n in r["table_bytes"].items())
+    out.append(f"  table sizes: {sizes}")
+    return out
