@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from agent.core import wear
 from agent.core.decide import Outcome
@@ -27,6 +28,13 @@ from agent.store.reserve import fs_free_bytes
 from agent.store.store import Store
 
 log = logging.getLogger(__name__)
+
+
+def live_text(snapshot: dict[str, Any]) -> str:
+    """The live state as JSON text by orjson (a tenth of json.dumps' time: at 1,200 connections
+    10 ms of the event loop every 2 s, bench/gateway_scale.py); keys that are not text as text."""
+    return orjson.dumps(snapshot, option=orjson.OPT_NON_STR_KEYS).decode()
+
 
 OUTBOX_COUNT_EVERY_S = 15.0  # counting the outbox is not free on a big store
 
@@ -99,7 +107,7 @@ class StatusWriter:
         storage = wear.storage(written, store.commits, self._writes.rate(), self.write_budget)
         snapshot = {**self.live.snapshot(), "process": self.process, "storage": storage}
         try:
-            await store.write_live_state("service", self.now(), json.dumps(snapshot))
+            await store.write_live_state("service", self.now(), live_text(snapshot))
         except StoreError as exc:  # a full disk must not stop the service; the recorder says it loudly
             log.debug("live state not written: %s", exc)
         status_due = self.identity is not None and (
