@@ -19,11 +19,19 @@ AGENT = [sys.executable, "-m", "agent"]
 
 
 def wait_for(pred: Any, timeout: float, what: str) -> None:
+    """Until `pred()`; a store that exists before its tables do (the gateway migrating it) is "not yet"."""
     deadline = time.monotonic() + timeout
-    while not pred():
+    while not _holds(pred):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def _holds(pred: Any) -> bool:
+    try:
+        return bool(pred())
+    except sqlite3.OperationalError:  # e.g. "no such table: events" while the store is being made
+        return False
 
 
 def store_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
