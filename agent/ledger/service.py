@@ -40,11 +40,7 @@ async def run(
     asked = reload or asyncio.Event()
     if stop is None:
         stop = _on_signals(asked)
-    password = (
-        Path(config.password_file).read_text(encoding="utf-8").rstrip("\r\n")
-        if config.password_file
-        else None
-    )
+    password = _password(config)
     writer = _writer(config, dsn, password)
     try:
         await writer.connect_now()  # connect and migrate now, so a wrong DSN shows at start
@@ -99,6 +95,13 @@ def _writer(config: LedgerConfig, dsn: str | None, password: str | None) -> Writ
         require_sync_standby=config.require_sync_standby,
         horizon_s=config.retention.identity_horizon_s if config.retention else None,
     )
+
+
+def _password(config: LedgerConfig) -> str | None:
+    """The database password from `password_file` (its trailing newline stripped), if one is named."""
+    if not config.password_file:
+        return None
+    return Path(config.password_file).read_text(encoding="utf-8").rstrip("\r\n")
 
 
 def _notifier(dsn: str | None, password: str | None) -> Any:
