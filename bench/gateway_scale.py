@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent.core.timestamps import parse_timestamp  # noqa: E402
 from agent.service.shutdown import STOP_BUDGET  # noqa: E402
+from bench.poll import start_sim  # noqa: E402
 from bench.rounds import median  # noqa: E402
 from devices.agent_config import device_config  # noqa: E402
 from devices.controller import ChannelSpec, Controller  # noqa: E402
@@ -51,28 +52,6 @@ from devices.modbus_map import RegisterMap  # noqa: E402
 
 SYSTEMD_SOFT_NOFILE = 1024
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def start_sim(names: list[str], rate: float) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    args = [
-        sys.executable,
-        "-m",
-        "devices",
-        "--quiet",
-        "--channels",
-        "Trip",
-        "--no-opcua",
-        "--modbus-port",
-        "0",
-    ]
-    args += (["--random", str(rate)] if rate > 0 else []) + ["--controllers", *names]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("READY "):
-        proc.kill()
-        raise SystemExit(f"simulator did not start: {line!r}")
-    return proc, json.loads(line[len("READY ") :])
 
 
 def write_config(tmp: Path, name: str, plcs: list[tuple[str, str]], ready: dict[str, Any]) -> Path:
@@ -189,7 +168,7 @@ def side(config: Path, plcs: list[tuple[str, str]], seconds: float, log: Path, s
 def run(a: argparse.Namespace) -> dict[str, Any]:
     slow = [(f"S{i:04d}", "1000ms") for i in range(a.slow)]
     fast = [(f"F{i:04d}", "100ms") for i in range(a.fast)]
-    sim, ready = start_sim([n for n, _ in slow + fast], a.rate)
+    sim, ready = start_sim([n for n, _ in slow + fast], opcua=False, rate=a.rate)
     fleet: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []
     try:

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pgcluster.py is a sibling file, not a package
 import pgcluster
+from mosquitto import Broker
 
 psycopg = pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
 
@@ -134,3 +135,13 @@ async def own_cluster(pg_cluster: pgcluster.Cluster) -> AsyncIterator[pgcluster.
         yield own
     finally:
         own.destroy()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    """A Mosquitto of the test's own, set up as docs/ledger-setup.md says (tests/ledger/mosquitto.py)."""
+    b = Broker(tmp_path)
+    try:
+        yield b
+    finally:
+        b.stop()

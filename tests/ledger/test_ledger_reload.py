@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -34,15 +34,6 @@ METRICS = free_port()
 def scrape() -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS}/metrics", timeout=10) as resp:
         return str(resp.read().decode())
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path)
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def write(path: Path, dsn: str, broker: Broker, topic: str, web: int, token: Path) -> None:

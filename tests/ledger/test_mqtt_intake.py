@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +70,6 @@ async def publish(
             if pace_s:
                 await asyncio.sleep(pace_s)
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    b = Broker(tmp_path)
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def config(tmp_path: Path, dsn: str, port: int, client_id: str = "ledger-1") -> Path:
