@@ -40,11 +40,27 @@ def missed_pct(polls: int, wall: float, connections: int, hz: float) -> float:
     return round(max(0.0, 1 - polls / (wall * connections * hz)) * 100, 2)
 
 
-def compared(ag: list[dict[str, Any]], ba: list[dict[str, Any]], a: argparse.Namespace) -> dict[str, Any]:
-    """OPC UA polled reads: the agent's pollers against the bare asyncua loop, the same nodes."""
+def compared(
+    ag: list[dict[str, Any]],
+    ba: list[dict[str, Any]],
+    a: argparse.Namespace,
+    phased: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """OPC UA polled reads: the agent's pollers against the bare asyncua loop, the same nodes;
+    `ba` ticking aligned (the target's baseline), `phased` at the agent's phases."""
     agent_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ag]
     bare_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in ba]
+    extra: dict[str, Any] = {}
+    if phased:
+        phased_cpu = [r["cpu"] / max(1, r["polls"]) * 1e6 for r in phased]
+        extra = {
+            "bare_phases_cpu_ms_per_1000_polls": round(median(phased_cpu), 1),
+            "cpu_per_poll_ratio_phases": round(median(agent_cpu) / median(phased_cpu), 3),
+        }
     return {
+        "bare_schedule": "aligned (the target's); bare_phases_*: at the agent's phases"
+        if phased
+        else "phases",
         "controllers": a.opcua,
         "seconds": min(a.seconds, a.opcua_seconds),
         "agent_polls_per_s": round(median([r["polls"] / r["wall"] for r in ag]), 1),
@@ -54,4 +70,5 @@ def compared(ag: list[dict[str, Any]], ba: list[dict[str, Any]], a: argparse.Nam
         "agent_cpu_ms_per_1000_polls": round(median(agent_cpu), 1),
         "bare_cpu_ms_per_1000_polls": round(median(bare_cpu), 1),
         "cpu_per_poll_ratio": round(median(agent_cpu) / median(bare_cpu), 3),
+        **extra,
     }

@@ -4,7 +4,8 @@ One ``asyncua.Client`` per controller (security None, as the bench's agent conne
 reading the same nodes the agent's poller reads on every poll (the list the agent resolves for
 the device: ServerStatus/StartTime, the boot id, the channel's fields, the ring) with one
 ``read_attributes`` call, on the same schedule (the same interval, each connection at the
-agent's phase for it), and nothing else: no decoding into snapshots, no tracking, no store.
+agent's phase for it; or, `aligned`, every client at the multiples of the interval, the schedule
+issue 35's target is against), and nothing else: no decoding into snapshots, no tracking, no store.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ class Marks(Protocol):
 
 
 async def bare_opcua(
-    devices: Sequence[config.Device], seconds: float, *, warm_up: float, window: Marks
+    devices: Sequence[config.Device], seconds: float, *, warm_up: float, window: Marks, aligned: bool = False
 ) -> dict[str, Any]:
-    """Each controller's nodes read on the agent's schedule for `seconds` (after `warm_up`)."""
+    """Each controller's nodes read on the agent's schedule for `seconds` (after `warm_up`);
+    `aligned`: every client at the multiples of the interval instead (one wake-up for all)."""
     clients: list[tuple[config.Device, Client, list[Any]]] = []
     for dev in devices:
         conn = dev.connections[0]
@@ -47,7 +49,7 @@ async def bare_opcua(
 
     async def one(dev: config.Device, client: Client, nodes: list[Any]) -> None:
         period = dev.poll
-        phase = phase_s(f"{dev.name} {dev.connections[0].receiver}", period)
+        phase = 0.0 if aligned else phase_s(f"{dev.name} {dev.connections[0].receiver}", period)
         while time.monotonic() < end:
             values = await client.read_attributes(nodes)
             if len(values) == len(nodes):
