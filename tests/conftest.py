@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -12,6 +13,13 @@ from pathlib import Path
 import pytest
 
 from agent.store.store import Store
+
+# A shell that starts a command in the background (`cmd &`, nohup) has it ignore SIGINT, and the
+# children inherit that: the tests of what Ctrl-C does would then see nothing happen. Each worker
+# takes Ctrl-C back, as an interactive run has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 DATA = Path(__file__).parent / "data"
 # Helper modules more than one test folder uses (not test modules): tests/shared/*.py.
