@@ -6,6 +6,8 @@ on POST (security.Guard.check_write), so a form shown is never a permission.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from agent.ledger.web.common import GUARD
@@ -16,6 +18,12 @@ def _csrf(request: web.Request) -> str | None:
     guard = request.app[GUARD]
     nonce = guard.session(request)
     return None if nonce is None else guard.csrf(nonce)
+
+
+def writing(request: web.Request) -> dict[str, Any]:
+    """What templates/forms.html needs: the session's CSRF token (None: not signed in), where the
+    form goes back to, and whether this page takes writes at all."""
+    return {"csrf": _csrf(request), "here": request.path_qs, "writable": request.app[GUARD].writable}
 
 
 def sign_in_hint(request: web.Request) -> Markup:
