@@ -23,7 +23,7 @@ from markupsafe import Markup
 
 from agent.core.timestamps import format_timestamp
 from agent.core.visible import visible
-from agent.ledger.web.common import as_json
+from agent.ledger.web.common import as_json, plain
 
 NAV = (
     ("/", "Overview"),
@@ -35,6 +35,9 @@ NAV = (
 )
 
 
+NOTHING = Markup('<span class="none">-</span>')  # a value that is not there (SQL NULL)
+
+
 def shown(value: Any) -> Markup:
     """A value as the page shows it: None as `-`, a time in the ledger's format, a flag as yes/no,
     text escaped with its invisible characters made visible (newlines kept: HTML white space, or
@@ -42,7 +45,7 @@ def shown(value: Any) -> Markup:
     if hasattr(value, "__html__"):
         return Markup(value)
     if value is None:
-        return Markup('<span class="none">-</span>')
+        return NOTHING
     if isinstance(value, datetime):
         value = format_timestamp(value)
     elif isinstance(value, bool):
@@ -72,11 +75,16 @@ ENV = Environment(
     lstrip_blocks=True,
 )
 ENV.filters["pretty"] = pretty
+ENV.filters["plain"] = plain  # raw evidence (bytes) as text, undecodable bytes as \x escapes
 ENV.filters["parsed"] = as_json  # JSON text as its value (text that is not JSON stays text)
-ENV.globals.update(url=url, NAV=NAV)
+ENV.globals.update(url=url, NAV=NAV, NOTHING=NOTHING)  # `{{ none }}` is folded to "None" at compile time
+
+
+def render_text(name: str, /, **context: Any) -> str:
+    """The page `templates/<name>` with `context`."""
+    return ENV.get_template(name).render(**context) + "\n"
 
 
 def render(name: str, /, **context: Any) -> web.Response:
     """The page `templates/<name>` with `context`, as an HTML response."""
-    text = ENV.get_template(name).render(**context)
-    return web.Response(text=text, content_type="text/html", charset="utf-8")
+    return web.Response(text=render_text(name, **context), content_type="text/html", charset="utf-8")
