@@ -16,8 +16,6 @@ MAX_FUNCTION_LINES = 60
 ALLOWED_LONG_FUNCTIONS = {
     ("cli/ledger/demo.py", "_demo"),
     ("cli/ledger/demo_run.py", "run"),
-    ("ledger/web/events.py", "event"),  # query, export and markup in one handler
-    ("ledger/web/overview.py", "overview"),
     ("sinks/encode.py", "transition_row_encoder"),
     ("store/outbox.py", "settle_and_claim_prepared"),  # a third of it is its docstring
 }

@@ -132,10 +132,6 @@ def export(rows: Sequence[Mapping[str, Any]], fmt: str, name: str) -> web.Respon
     )
 
 
-def html_response(body: str) -> web.Response:
-    return web.Response(text=body, content_type="text/html", charset="utf-8")
-
-
 def as_json(text: str | None) -> Any:
     if text is None:
         return None

@@ -1,4 +1,4 @@
-"""The two write forms (a review mark, a notification retry) as the pages show them.
+"""What the two write forms (a review mark, a notification retry; templates/forms.html) need.
 
 Without a session the page offers the sign-in link instead; the server checks everything again
 on POST (security.Guard.check_write), so a form shown is never a permission.
@@ -6,10 +6,11 @@ on POST (security.Guard.check_write), so a form shown is never a permission.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from agent.ledger.web.common import GUARD
-from agent.ledger.web.html import Markup, link, tag, url
 
 
 def _csrf(request: web.Request) -> str | None:
@@ -18,46 +19,7 @@ def _csrf(request: web.Request) -> str | None:
     return None if nonce is None else guard.csrf(nonce)
 
 
-def sign_in_hint(request: web.Request) -> Markup:
-    if not request.app[GUARD].writable:
-        return tag("p", "Read-only: this review page was started without a token file.", class_="hint")
-    return tag(
-        "p",
-        link(url("/login", {"next": request.path_qs}), "Sign in with the token"),
-        " to mark or retry.",
-        class_="hint",
-    )
-
-
-def mark_form(request: web.Request, arrival_id: int) -> Markup:
-    token = _csrf(request)
-    if token is None:
-        return sign_in_hint(request)
-    return tag(
-        "form",
-        tag("input", type="hidden", name="csrf", value=token),
-        tag("input", type="hidden", name="next", value=request.path_qs),
-        tag("label", "Note ", tag("input", type="text", name="note", required="required", size="50")),
-        " ",
-        tag("label", "By ", tag("input", type="text", name="by", required="required", size="12")),
-        " ",
-        tag("button", "Mark reviewed", type="submit"),
-        method="post",
-        action=f"/arrivals/{arrival_id}/mark",
-        class_="mark",
-    )
-
-
-def retry_form(request: web.Request, notification_id: int) -> Markup:
-    token = _csrf(request)
-    if token is None:
-        return Markup("")
-    return tag(
-        "form",
-        tag("input", type="hidden", name="csrf", value=token),
-        tag("input", type="hidden", name="next", value=request.path_qs),
-        tag("button", "Retry", type="submit"),
-        method="post",
-        action=f"/notifications/{notification_id}/retry",
-        class_="retry",
-    )
+def writing(request: web.Request) -> dict[str, Any]:
+    """The session's CSRF token (None: not signed in), where a form goes back to (this page), and
+    whether this page takes writes at all."""
+    return {"csrf": _csrf(request), "here": request.path_qs, "writable": request.app[GUARD].writable}

@@ -11,7 +11,6 @@ logged once when it starts and once when it ends.
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +21,7 @@ from aiohttp import web
 
 from agent.ledger import failover
 from agent.ledger.errors import LedgerUnavailable
+from agent.ledger.web.render import render_text
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 5
@@ -30,20 +30,12 @@ OUTAGE_SINCE = web.AppKey("outage_since", list)  # [] while the database answers
 
 
 def _page(since: float, reason: str) -> str:
-    at = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    ago = max(0, int(time.time() - since))
-    return (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        f"<meta http-equiv=refresh content={RETRY_AFTER_S}><title>Ledger database unreachable</title>"
-        '<link rel=stylesheet href="/static/style.css"></head><body><main>'
-        "<h1>The ledger's database is unreachable</h1>"
-        f"<p>Since {at} ({ago} s ago). This page tries again every {RETRY_AFTER_S} s.</p>"
-        "<p>Nothing is acknowledged while it is away: the intakes acknowledge an event only after "
-        "PostgreSQL committed it. The gateways keep every event in their outboxes (with receipts on, "
-        "until this ledger confirms it) and the broker holds what it took, as far as its queue limit "
-        "allows (docs/ledger-setup.md); they arrive once the database is back.</p>"
-        f"<p>Last error: <code>{html.escape(reason)}</code></p>"
-        "</main></body></html>\n"
+    return render_text(
+        "outage.html",
+        since=datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        ago=max(0, int(time.time() - since)),
+        retry_after=RETRY_AFTER_S,
+        reason=reason,
     )
 
 

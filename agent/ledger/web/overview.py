@@ -8,8 +8,8 @@ from aiohttp import web
 
 from agent.ledger import retention_state
 from agent.ledger.web import queries
-from agent.ledger.web.common import POOL, SILENT_AFTER, export, export_format, html_response
-from agent.ledger.web.html import Markup, esc, exports, link, page, table, tag, url
+from agent.ledger.web.common import POOL, SILENT_AFTER, export, export_format
+from agent.ledger.web.render import render
 
 COUNT_LINKS = {
     "events": "/events",
@@ -91,6 +91,19 @@ async def totals(conn: queries.Conn) -> tuple[dict[str, Any], set[str]]:
     return counts, estimated
 
 
+def count_cells(counts: dict[str, Any], estimated: set[str]) -> list[dict[str, Any]]:
+    """The overview's counts as the page shows them: `~N` and "(estimate)" for an estimate, a link
+    to the page that lists them."""
+    return [
+        {
+            "number": f"~{v:,}" if k in estimated else v,
+            "label": k.replace("_", " ") + (" (estimate)" if k in estimated else ""),
+            "href": COUNT_LINKS.get(k),
+        }
+        for k, v in counts.items()
+    ]
+
+
 async def overview(request: web.Request) -> web.StreamResponse:
     fmt = export_format(request)
     async with request.app[POOL].reading() as conn:
@@ -100,71 +113,10 @@ async def overview(request: web.Request) -> web.StreamResponse:
     if fmt in ("csv", "json"):
         doc = {"summary": counts, "estimated": sorted(estimated), "fleet": fleet, "retention": retention}
         return export(fleet if fmt == "csv" else [doc], fmt, "overview")
-    cells = []
-    for k, v in counts.items():
-        shown = f"~{v:,}" if k in estimated else v
-        label = k.replace("_", " ") + (" (estimate)" if k in estimated else "")
-        number = link(COUNT_LINKS[k], shown) if k in COUNT_LINKS else shown
-        cells.append(tag("div", tag("span", number, class_="n"), tag("span", label), class_="count"))
-    rows = []
-    for g in fleet:
-        if g["state"] == "offline":
-            mark = tag(
-                "span", "OFFLINE", class_="silent", title="its connection ended without a stop (MQTT Will)"
-            )
-        elif g["state"] == "stopped":
-            mark = tag("span", "STOPPED", class_="silent", title="its last status record: a clean stop")
-        elif g["silent"]:
-            mark = tag("span", "SILENT", class_="silent")
-        else:
-            mark = tag("span", "ok", class_="ok")
-        silence = "-" if g["silent_s"] is None else f"{g['silent_s']:.0f} s ago"
-        if g["clock_ahead_s"] is not None:
-            silence += f" (its clock {g['clock_ahead_s']:.0f} s ahead)"
-        room = g["store_room_bytes"]
-        rows.append(
-            [
-                "-" if g["site"] is None else g["site"],
-                link(url("/events", {"gateway": g["gateway"]}), g["gateway"]),
-                mark,
-                silence,
-                g["last_arrival"],
-                g["status_heard_at"],
-                g["agent_version"],
-                Markup("<br>".join(esc(x) for x in g["upstreams"])) if g["upstreams"] else None,
-                None if room is None else f"{int(room) / 1e6:.1f} MB",
-            ]
-        )
-    body = page(
-        "Overview",
-        tag("div", *cells, class_="counts"),
-        tag("h2", "Fleet"),
-        tag(
-            "p",
-            "Each gateway is a site and a gateway name (two sites' gw-1 are two rows; site - when an "
-            "arrival does not say it: an import line, a rejected one). "
-            f"A gateway is marked SILENT when neither an arrival nor a status record came from it for "
-            f"{request.app[SILENT_AFTER]:.0f} s; OFFLINE when its connection to the broker ended without "
-            "a stop (its MQTT Will: a crash, a power cut, the network); STOPPED after a clean stop.",
-            class_="hint",
-        ),
-        table(
-            [
-                "site",
-                "gateway",
-                "state",
-                "last heard",
-                "last arrival",
-                "last status",
-                "version",
-                "backlog per upstream",
-                "store room",
-            ],
-            rows,
-        ),
-        tag("h2", "Retention"),
-        tag("pre", "\n".join(retention_state.describe(retention))),
-        exports("/", {}),
-        active="/",
+    return render(
+        "overview.html",
+        counts=count_cells(counts, estimated),
+        fleet=fleet,
+        silent_after=request.app[SILENT_AFTER],
+        retention=retention_state.describe(retention),
     )
-    return html_response(body)

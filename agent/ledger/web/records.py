@@ -10,16 +10,14 @@ from aiohttp import web
 from agent.ledger.web import queries
 from agent.ledger.web.common import (
     POOL,
-    as_json,
     export,
-    html_response,
     int_param,
     listing,
     shown,
     text_param,
 )
-from agent.ledger.web.forms import retry_form, sign_in_hint
-from agent.ledger.web.html import Markup, esc, exports, filter_form, link, page, pre, table, tag, url
+from agent.ledger.web.forms import writing
+from agent.ledger.web.render import render, url
 
 NOTIFICATION_STATES = ("", "pending", "sent", "dead")
 _EPOCH = datetime.min.replace(tzinfo=UTC)
@@ -40,17 +38,6 @@ def timeline_of(boots: list[dict[str, Any]], anomalies: list[dict[str, Any]]) ->
     return sorted([*boots, *anomalies], key=lambda r: r["at"] or _EPOCH, reverse=True)
 
 
-def _what(r: dict[str, Any]) -> Markup:
-    if r["what"] == "boot":
-        live = "live" if r["live"] else "seen late"
-        return tag(
-            "span", f"boot {r['boot_id']} ({live}), after {r['previous_boot_id'] or '-'}", class_="boot"
-        )
-    return tag(
-        "span", f"{r['kind']} {r['from_value']} -> {r['to_value']} (boot {r['boot_id']})", class_=r["kind"]
-    )
-
-
 async def timeline(request: web.Request) -> web.StreamResponse:
     device = text_param(request, "device")
     limit, fmt = listing(request)
@@ -65,39 +52,7 @@ async def timeline(request: web.Request) -> web.StreamResponse:
             )
     if fmt:
         return export(rows if device else devices, fmt, "timeline")
-    dev_rows = [
-        [link(url("/timeline", {"device": d["device"]}), d["device"]), d["boots"], d["last_boot"]]
-        for d in devices
-    ]
-    parts: list[Any] = [
-        filter_form("/timeline", [("device", "controller (site/device)", device)]),
-        table(["controller", "boots", "last boot seen"], dev_rows),
-    ]
-    if device:
-        parts += [
-            tag("h2", f"Timeline of {device}"),
-            tag(
-                "ol",
-                *(
-                    tag(
-                        "li",
-                        tag("time", r["at"]),
-                        " ",
-                        _what(r),
-                        " ",
-                        tag("span", r["source"], class_="src"),
-                        pre(as_json(r["evidence"])),
-                        class_=r["what"],
-                    )
-                    for r in rows
-                ),
-                class_="timeline",
-            )
-            if rows
-            else tag("p", "No boots, gaps or overruns recorded for this controller.", class_="empty"),
-        ]
-    parts.append(exports("/timeline", {"device": device}))
-    return html_response(page("Gaps and boots", *parts, active="/timeline"))
+    return render("timeline.html", device=device, devices=devices, rows=rows)
 
 
 async def notifications(request: web.Request) -> web.StreamResponse:
@@ -112,53 +67,16 @@ async def notifications(request: web.Request) -> web.StreamResponse:
         counts = await notification_counts(conn)
     if fmt:
         return export(rows, fmt, "notifications")
-    links = shown(f)
-    by_state = tag(
-        "p",
-        *(
-            Markup(f"{link(url('/notifications', {'state': state}), state)}: {esc(n)} &nbsp; ")
-            for state, n in counts.items()
-        ),
-        class_="states",
-    )
-    body_rows = []
-    for n in rows:
-        error = pre(n["last_error"]) if n["state"] == "dead" and n["last_error"] else n["last_error"]
-        body_rows.append(
-            [
-                n["id"],
-                link(f"/events/{n['canonical_id']}", n["canonical_id"]),
-                n["kind"],
-                tag("span", n["state"], class_=n["state"]),
-                f"{n['attempts']}/{n['max_attempts']}",
-                n["sent_at"] or n["visible_at"],
-                error,
-                retry_form(request, n["id"]) if n["state"] == "dead" else "",
-            ]
-        )
-    more = None
+    older = None
     if len(rows) == limit and rows:
-        more = tag(
-            "p", link(url("/notifications", {**links, "before": rows[-1]["id"]}), "older"), class_="more"
-        )
-    parts = [
-        by_state,
-        filter_form(
-            "/notifications",
-            [("state", "state", f["state"]), ("kind", "kind", f["kind"])],
-            {"state": NOTIFICATION_STATES},
-        ),
-        table(["id", "event", "kind", "state", "attempts", "sent / due", "last error", ""], body_rows),
-        more,
-        sign_in_hint(request)
-        if any(n["state"] == "dead" for n in rows) and not _signed_in(request)
-        else None,
-        exports("/notifications", links),
-    ]
-    return html_response(page("Notifications", *parts, active="/notifications"))
-
-
-def _signed_in(request: web.Request) -> bool:
-    from agent.ledger.web.common import GUARD
-
-    return request.app[GUARD].session(request) is not None
+        older = url("/notifications", {**shown(f), "before": rows[-1]["id"]})
+    return render(
+        "notifications.html",
+        rows=rows,
+        counts=counts,
+        filters=f,
+        states=NOTIFICATION_STATES,
+        shown=shown(f),
+        older=older,
+        w=writing(request),
+    )

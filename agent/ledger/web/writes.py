@@ -11,8 +11,8 @@ from aiohttp import web
 
 from agent.core.review_mark import NotReviewable
 from agent.ledger import notifications, review
-from agent.ledger.web.common import GUARD, POOL, html_response
-from agent.ledger.web.html import link, page, tag, url
+from agent.ledger.web.common import GUARD, POOL
+from agent.ledger.web.render import render, url
 from agent.ledger.web.security import COOKIE, same_origin
 
 RETRY_ATTEMPTS = 5  # the command's default
@@ -33,29 +33,7 @@ def _id(request: web.Request) -> int:
 
 
 async def login_form(request: web.Request) -> web.StreamResponse:
-    guard = request.app[GUARD]
-    nxt = _next(request.query.get("next"))
-    if not guard.writable:
-        body = page(
-            "Sign in",
-            tag("p", "This review page is read-only (started without a token file)."),
-            link("/", "back"),
-        )
-        return html_response(body)
-    form = tag(
-        "form",
-        tag("input", type="hidden", name="next", value=nxt),
-        tag(
-            "label",
-            "Token ",
-            tag("input", type="password", name="token", required="required", autocomplete="off"),
-        ),
-        " ",
-        tag("button", "Sign in", type="submit"),
-        method="post",
-        action="/login",
-    )
-    return html_response(page("Sign in", tag("p", "Paste the token from the ledger's token file."), form))
+    return render("login.html", writable=request.app[GUARD].writable, next=_next(request.query.get("next")))
 
 
 async def login(request: web.Request) -> web.StreamResponse:
