@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
@@ -161,8 +162,6 @@ def _demo(
     web_port: int,
 ) -> None:
     from agent.cli.ledger import demo_review, demo_run, throwaway
-    from agent.core.wording import counted
-    from agent.ledger import report
 
     why = demo_run.broker_reachable(host, port)
     if why is not None:
@@ -185,6 +184,23 @@ def _demo(
     except demo_run.DemoFailed as exc:
         click.echo(f"edge-agent ledger demo: {exc}", err=True)
         sys.exit(1)
+
+    _show_result(obj, site, work)
+    run_ledger(lambda: demo_review.add_examples(obj.dsn, site, work))
+    click.echo(f"added a conflict and a pending arrival to review (sources {site}-review/...)")
+    if web is None:
+        web = sys.stdin.isatty() and sys.stdout.isatty()
+    if web:
+        if throwaway.listening(web_port, web_host):
+            web_port = 0  # taken: a free one
+        demo_review.serve_until_interrupted(obj.dsn, web_host, web_port, work, say)
+
+
+def _show_result(obj: LedgerContext, site: str, work: Path) -> None:
+    """The ledger's tables after the demo, and its own check: every event arrived from both
+    gateways (exit 1 otherwise)."""
+    from agent.core.wording import counted
+    from agent.ledger import report
 
     async def show() -> dict[str, int]:
         conn = await obj.open(migrate=False)
@@ -209,11 +225,3 @@ def _demo(
             "edge-agent ledger demo: not every event arrived from both gateways; see the logs", err=True
         )
         sys.exit(1)
-    run_ledger(lambda: demo_review.add_examples(obj.dsn, site, work))
-    click.echo(f"added a conflict and a pending arrival to review (sources {site}-review/...)")
-    if web is None:
-        web = sys.stdin.isatty() and sys.stdout.isatty()
-    if web:
-        if throwaway.listening(web_port, web_host):
-            web_port = 0  # taken: a free one
-        demo_review.serve_until_interrupted(obj.dsn, web_host, web_port, work, say)

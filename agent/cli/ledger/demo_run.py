@@ -133,6 +133,57 @@ def _ready_port(stream: IO[str], log: Path) -> int:
     return int(ready["modbus"]["PUMP-07"]["port"])
 
 
+def _start_simulator(
+    start: Callable[..., subprocess.Popen[Any]], log: Path
+) -> tuple[subprocess.Popen[Any], int]:
+    """The simulated PLC, driven over its stdin; returns it and its Modbus port.
+
+    The demo drives the PLC itself (one transition a second), and only once both gateways have
+    read it: a transition made before a gateway's first read is not that gateway's to see, and
+    every demo event should show two arrivals."""
+    sim = start(
+        ["simulate", "--no-opcua", "--modbus-port", "0", "--commands", "--quiet"],
+        log,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert sim.stdout is not None and sim.stdin is not None
+    return sim, _ready_port(sim.stdout, log)
+
+
+def _stop_in_order(procs: list[subprocess.Popen[Any]]) -> None:
+    """The demo's processes as started (ledger, simulator, gateways) stopped simulator first, then
+    the gateways once their last events reached the broker, then the ledger."""
+    ledger, sim, gateways = procs[0], procs[1], procs[2:]
+    if sim.stdin is not None:
+        sim.stdin.close()
+    _stop([sim])
+    time.sleep(2.0)  # the gateways' last events reach the broker and the ledger
+    _stop(gateways)
+    time.sleep(1.0)
+    _stop([ledger])
+
+
+def _gateways_read(work: Path) -> None:
+    """Until every demo gateway has read the PLC once (its store says so)."""
+    for name in GATEWAYS:
+        store = work / f"{name}.db"
+        _wait(partial(_has_read, store), 60, f"{name}'s first read", work / f"{name}.log")
+
+
+def _ledger_subscribed(ledger: subprocess.Popen[Any], log: Path) -> None:
+    """Until the ledger says it subscribed; DemoFailed with its log when it exits first."""
+    _wait(
+        lambda: "mqtt intake subscribed" in log.read_text(errors="replace") or ledger.poll() is not None,
+        60,
+        "the ledger's subscription",
+        log,
+    )
+    if ledger.poll() is not None:
+        raise DemoFailed(f"the ledger exited ({ledger.returncode}); {log}:\n{log.read_text()}")
+
+
 def run(
     *,
     dsn: str | None,
@@ -158,57 +209,26 @@ def run(
         return p
 
     try:
-        cfg = work / "ledger.yaml"
         client_id = f"ledger-{site}"
+        cfg = work / "ledger.yaml"
         cfg.write_text(ledger_config(site, mqtt_host, mqtt_port, client_id))
-        ledger_log = work / "ledger.log"
-        start(["ledger", "run", "-c", str(cfg)], ledger_log, stdout=subprocess.DEVNULL)
-        _wait(
-            lambda: (
-                "mqtt intake subscribed" in ledger_log.read_text(errors="replace")
-                or procs[0].poll() is not None
-            ),
-            60,
-            "the ledger's subscription",
-            ledger_log,
-        )
-        if procs[0].poll() is not None:
-            raise DemoFailed(
-                f"the ledger exited ({procs[0].returncode}); {ledger_log}:\n{ledger_log.read_text()}"
-            )
+        ledger = start(["ledger", "run", "-c", str(cfg)], work / "ledger.log", stdout=subprocess.DEVNULL)
+        _ledger_subscribed(ledger, work / "ledger.log")
         say(f"ledger subscribed to {site}/events/# on {mqtt_host}:{mqtt_port}")
         sim_log = work / "simulator.log"
-        # The demo drives the PLC itself (one transition a second), and only once both gateways
-        # have read it: a transition made before a gateway's first read is not that gateway's to
-        # see, and every demo event should show two arrivals.
-        sim = start(
-            ["simulate", "--no-opcua", "--modbus-port", "0", "--commands", "--quiet"],
-            sim_log,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert sim.stdout is not None and sim.stdin is not None
-        modbus_port = _ready_port(sim.stdout, sim_log)
+        sim, modbus_port = _start_simulator(start, sim_log)
         say(f"simulated PLC PUMP-07 on Modbus 127.0.0.1:{modbus_port}")
         for name in GATEWAYS:
             gw = work / f"{name}.yaml"
             gw.write_text(gateway_config(name, site, work, mqtt_host, mqtt_port, modbus_port))
             start(["run", "-c", str(gw)], work / f"{name}.log", stdout=subprocess.DEVNULL)
-        for name in GATEWAYS:
-            store = work / f"{name}.db"
-            _wait(partial(_has_read, store), 60, f"{name}'s first read", work / f"{name}.log")
+        _gateways_read(work)
         say(f"gateways {' and '.join(GATEWAYS)} read it and publish to the broker; running {seconds:g} s")
         for i in range(max(1, int(seconds))):
             _step(sim, i % 2, sim_log)
             time.sleep(1.0)
         say("stopping the simulator, then the gateways and the ledger (SIGTERM: each drains first)")
-        sim.stdin.close()
-        _stop([sim])
-        time.sleep(2.0)  # the gateways' last events reach the broker and the ledger
-        _stop(procs[2:])
-        time.sleep(1.0)
-        _stop(procs[:1])
+        _stop_in_order(procs)
     finally:
         _stop(procs)
         if procs:
