@@ -1,6 +1,6 @@
 """Real parts for the Sparkplug tests (not a test module): a private Mosquitto the tests can
 kill and start again on the same port (the tests' one Mosquitto starter, tests/ledger/mosquitto.py),
-and the independent Node.js host (tests/sparkplug/host, Eclipse Tahu's JavaScript codec), whose
+and the independent Node.js host (peers/node/sparkplug_host.js, Eclipse Tahu's JavaScript codec), whose
 decoded messages come back as dicts."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if _ledger not in sys.path:  # mosquitto.py is a file of tests/ledger, not a pac
 import mosquitto  # noqa: E402
 from mosquitto import MOSQUITTO  # noqa: E402
 
-HOST_DIR = Path(__file__).parent / "host"
+HOST_DIR = Path(__file__).resolve().parents[2] / "peers" / "node"  # the outside code, one lockfile
 NODE = shutil.which("node")
 
 
@@ -33,7 +33,7 @@ def missing_parts() -> str | None:
     if NODE is None:
         return "Node.js is not installed (the independent Sparkplug host needs it)"
     if not (HOST_DIR / "node_modules" / "sparkplug-payload").is_dir():
-        return "tests/sparkplug/host has no node_modules: run `npm ci --prefix tests/sparkplug/host`"
+        return "peers/node has no sparkplug-payload: run `npm ci --prefix peers/node --omit=optional`"
     return None
 
 
@@ -48,7 +48,7 @@ class Host:
     """The Node.js Sparkplug host: its decoded events in `events`, commands by `send()`."""
 
     def __init__(self, url: str, group: str, host_id: str | None = None, *, v22: bool = False) -> None:
-        cmd = [str(NODE), str(HOST_DIR / "host.js"), "--url", url, "--group", group]
+        cmd = [str(NODE), str(HOST_DIR / "sparkplug_host.js"), "--url", url, "--group", group]
         if host_id:
             cmd += ["--host-id", host_id]
         if v22:

@@ -24,7 +24,7 @@ from bench import sparkplug_hand_codec as hand  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     NODE is None or not (HOST_DIR / "node_modules" / "sparkplug-payload").is_dir(),
-    reason="Node.js and tests/sparkplug/host/node_modules are needed (npm ci --prefix tests/sparkplug/host)",
+    reason="Node.js and peers/node/node_modules are needed (npm ci --prefix peers/node --omit=optional)",
 )
 
 # Reads a JSON list of payloads on stdin, writes the hex of each as Tahu encodes it.

@@ -1,7 +1,7 @@
 // An independent Sparkplug B host for the tests: Eclipse Tahu's JavaScript codec
 // (npm sparkplug-payload) and mqtt.js. Not edge-agent's code: it judges our encoder.
 //
-//   node host.js --url mqtt://127.0.0.1:PORT --group G [--host-id H [--state-version 22]]
+//   node sparkplug_host.js --url mqtt://127.0.0.1:PORT --group G [--host-id H [--state-version 22]]
 //   (with --host-id it publishes its STATE online when connected, and its Will says offline;
 //   --state-version 22: as a Sparkplug 2.2 host, `STATE/<H>` ONLINE/OFFLINE)
 //
