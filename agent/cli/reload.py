@@ -24,7 +24,7 @@ from agent.core.errors import ConfigError
 from agent.service import process
 
 POLL_S = 0.5
-EXIT_BY_RESULT = {"applied": 0, "invalid": EX_CONFIG, "refused": EX_FAILURE}
+EXIT_BY_RESULT = {"applied": 0, "invalid": EX_CONFIG, "refused": EX_FAILURE, "failed": EX_FAILURE}
 
 
 @click.command("reload")

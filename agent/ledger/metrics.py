@@ -131,7 +131,7 @@ CONFIG_RELOAD_OK = Gauge(
     "0 when the last reload was invalid (the ledger.yaml in force is the older one)",
     registry=REGISTRY,
 )
-for _result in ("applied", "invalid"):
+for _result in ("applied", "invalid", "failed"):
     CONFIG_RELOADS.labels(_result)
 CONFIG_RELOAD_OK.set(1)
 

@@ -104,7 +104,11 @@ class LedgerParts:
         except (OSError, ValueError) as exc:
             log.error("ledger reload refused, the configuration in force is kept: %s", exc)
             return self._done("invalid", {"problems": [str(exc)]})
-        done = await self._apply(old, new)
+        try:
+            done = await self._apply(old, new)
+        except Exception as exc:  # a fault in a reload never stops the ledger
+            log.exception("ledger reload failed unexpectedly; what runs goes on as it is: %s", exc)
+            return self._done("failed", {"problems": [f"{type(exc).__name__}: {exc}"]})
         pending = [k for k in PENDING_RESTART if getattr(old, k) != getattr(new, k)]
         if _listener(old.web) != _listener(new.web):
             pending.append("web")

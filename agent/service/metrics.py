@@ -114,7 +114,7 @@ def _storage(snap: dict[str, Any]) -> Iterator[Metric]:
         )
 
 
-RELOAD_RESULTS = ("applied", "invalid", "refused")
+RELOAD_RESULTS = ("applied", "invalid", "refused", "failed")
 
 
 def _config(snap: dict[str, Any]) -> Iterator[Metric]:

@@ -81,7 +81,11 @@ class Reloads:
                     return
                 self._asked.clear()
                 force, self._force = self._force, False
-                await reload(service, force=force)
+                try:
+                    await reload(service, force=force)
+                except Exception as exc:  # a fault in a reload never stops the service
+                    log.exception("reload failed unexpectedly; what runs goes on as it is: %s", exc)
+                    _done(service, "failed", {"problems": [f"{type(exc).__name__}: {exc}"]})
         finally:
             stopping.cancel()
 
