@@ -15,7 +15,7 @@ local webhook receiver counts the requests per `Idempotency-Key`.
 4. restore: a fresh data directory from the base backup, `recovery.signal`, `restore_command`
    from the archive, `recovery_target_name = 'drill'`, `recovery_target_action = 'promote'`,
    started on the same port: the state is batch A's (20 canonicals, 20 arrivals, 20 notifications
-   sent), on a new timeline;
+   sent), on a new timeline, whose history file it archives into the same directory;
 5. the gateway resends A and B as its outbox would (the same CloudEvents, the next attempt)
    through the ledger's HTTP intake: one canonical per key over A and B, every resent delivery an
    arrival (A's `duplicate`, B's `inserted`), no notification of A sent again, B's sent once more
@@ -288,6 +288,10 @@ async def test_a_point_in_time_restore_loses_the_commits_after_the_target_and_th
     log = (restored.root / "server.log").read_text(errors="replace")
     assert 'recovery stopping at restore point "drill"' in log, log[-2000:]
     sent_before_restore = dict(receiver.keys)
+    history = original.root / "wal-archive" / "00000002.history"
+    async with asyncio.timeout(30):  # the restored server archives its new timeline (same settings)
+        while not history.exists():
+            await asyncio.sleep(0.1)
 
     async def resend(port: int) -> list[str]:
         # the gateway's outbox sends again what it holds, each with its next attempt
