@@ -157,7 +157,13 @@ def test_kill_9_during_a_burst_loses_nothing_and_makes_no_second_canonical(
     t.join(timeout=120)
     assert done, "the publisher finished"
     try:
-        wait_for(lambda: counts(ledger_dsn)[0] >= n + 1, 120, "every event in PostgreSQL")
+        # Every event, and every gateway's delivery of it (the broker may still hold the second
+        # gateway's copy for the restarted session when the last canonical is in): then SIGTERM.
+        wait_for(
+            lambda: counts(ledger_dsn)[0] >= n + 1 and counts(ledger_dsn)[1] >= 2 * n + 1,
+            120,
+            "every event and both gateways' deliveries in PostgreSQL",
+        )
         subscribed(log, kills + 1)  # SIGTERM before the signal handler is set would just kill it
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -309,7 +315,13 @@ def test_kill_9_of_one_of_two_instances_on_a_shared_subscription_loses_nothing(
         while_away = counts(ledger_dsn)[1]
         procs[0] = start(cfgs[0], logs[0])  # same client id: its session and its share wait for it
         subscribed(logs[0], 2)
-        wait_for(lambda: counts(ledger_dsn)[0] >= n + 1, 120, "every event in PostgreSQL")
+        # Every event, and every gateway's delivery of it (the broker may still hold the second
+        # gateway's copy for the restarted session when the last canonical is in): then SIGTERM.
+        wait_for(
+            lambda: counts(ledger_dsn)[0] >= n + 1 and counts(ledger_dsn)[1] >= 2 * n + 1,
+            120,
+            "every event and both gateways' deliveries in PostgreSQL",
+        )
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
