@@ -37,6 +37,9 @@ def write(path: Path, plant: Plant, names: list[str], upstreams: list[dict[str, 
     devices = [d for d in plant.device_configs() if d["name"] in names]
     for dev in devices:
         dev["poll"] = "100ms"
+        # A loaded CI machine can stall the processes for over the default 1 s: a read that times
+        # out closes its connection, which is not what this test is about (a reload's own cost).
+        dev["connections"][0]["modbus"]["timeout"] = "5s"
     doc = {"site": "plant-1", "gateway": "gw-reload", "store": {"path": str(db)}, "upstreams": upstreams}
     path.write_text(yaml.safe_dump({**doc, "devices": devices}, sort_keys=False))
 
@@ -127,7 +130,8 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
     assert code == 0, text
 
     # The nine untouched PLCs: the connection each had before the reload is the one it has after.
-    assert all(reopened[n] == 0 for n in AFTER[:9]), reopened
+    lost = [line for line in text.splitlines() if "unavailable" in line or "link" in line.lower()]
+    assert all(reopened[n] == 0 for n in AFTER[:9]), (reopened, lost[-20:])
     assert plant.modbus["PLC-10"].connection_count == 0 and accepted["PLC-10"] >= 1
     assert reopened["PLC-11"] >= 1 and accepted["PLC-11"] == 0
     assert anomalies(db) == [], "no gap and no restart recorded for anyone"
@@ -167,4 +171,5 @@ async def test_reload_under_load_adds_and_removes_a_plc_and_leaves_the_rest_unto
     figures = {"reopened": reopened, "ticks_missed_4s_before": ahead, "ticks_missed_8s_across": grown}
     print(json.dumps({**figures, "events": len(events)}))
     # A reload costs the untouched no tick: across 8 s with it, no more missed than in the 4 s before.
-    assert all(grown[n] <= 2 * ahead[n] + 5 for n in grown), figures
+    # (A margin of 10 ticks of 80: a loaded CI machine misses ticks of its own, reload or not.)
+    assert all(grown[n] <= 2 * ahead[n] + 10 for n in grown), figures

@@ -94,6 +94,9 @@ async def test_sighup_moves_the_intake_and_the_token_and_an_invalid_file_changes
         token.write_text("second-token-0002\n")
         proc.send_signal(signal.SIGHUP)
         await until(lambda: "ledger reload applied" in log.read_text())
+        # The new subscription exists from the moment the restarted intake subscribes (MQTT keeps no
+        # message for a topic nobody subscribed to): publish after it, as a gateway's resend would.
+        await until(lambda: "mqtt intake subscribed site-b/events/#" in log.read_text())
         await publish(broker.port, a[1:], topic="site-a/events/x")  # no longer subscribed
         await publish(broker.port, b, topic="site-b/events/x")
         await until(lambda: len(canonical_sources(ledger_dsn)) == 3)
