@@ -13,10 +13,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pgcluster.py is a sibling file, not a package
 import pgcluster
 from mosquitto import Broker
+from pgcluster import free_port
+from webhook import Receiver
 
 psycopg = pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
 
@@ -145,3 +148,18 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
         yield b
     finally:
         b.stop()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    r = Receiver()
+    app = web.Application()
+    app.router.add_post("/notify", r.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    r.port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", r.port).start()
+    try:
+        yield r
+    finally:
+        await runner.cleanup()

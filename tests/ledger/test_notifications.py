@@ -10,15 +10,12 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
-from aiohttp import web
 from pgcluster import free_port
+from webhook import Receiver
 
 from agent.core.intake import parse_delivery
 from agent.ledger import arbiter, notifications
@@ -28,42 +25,6 @@ from agent.ledger.notifier import Notifier
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 NOW = "2026-04-22T09:00:00.000Z"
-
-
-@dataclass
-class Receiver:
-    """A webhook target on 127.0.0.1 that records every request."""
-
-    port: int = 0
-    got: list[dict[str, Any]] = field(default_factory=list)
-    status: int = 200
-    on_request: Any = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/notify"
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        self.got.append({"headers": dict(request.headers), "body": body})
-        if self.on_request is not None:
-            self.on_request(body)
-        return web.Response(status=self.status)
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    app = web.Application()
-    app.router.add_post("/notify", r.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    r.port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", r.port).start()
-    try:
-        yield r
-    finally:
-        await runner.cleanup()
 
 
 def line(tid: int | str, **kw: Any) -> str:

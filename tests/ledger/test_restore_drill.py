@@ -34,15 +34,15 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psycopg
 import pytest
-from aiohttp import web
 from pgcluster import Cluster, create, free_port, own_directory
+from webhook import Receiver
 
 from agent.ledger import notifications, service
 from agent.ledger.config import HttpIntake, LedgerConfig, NotifyRule
@@ -78,37 +78,6 @@ def event(k: int, attempt: int) -> dict[str, Any]:
 
 def key_of(k: int) -> str:
     return notifications.idempotency_key(f"plant/PLC-{k % 3}/Trip", f"B-drill:T{k}", "trip")
-
-
-class Receiver:
-    """A webhook target on 127.0.0.1 counting requests per Idempotency-Key."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.keys: Counter[str] = Counter()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/notify"
-
-    async def handle(self, request: web.Request) -> web.Response:
-        await request.read()
-        self.keys[request.headers["Idempotency-Key"]] += 1
-        return web.Response(status=200)
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    r = Receiver()
-    app = web.Application()
-    app.router.add_post("/notify", r.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", r.port).start()
-    try:
-        yield r
-    finally:
-        await runner.cleanup()
 
 
 ARCHIVING = """
