@@ -9,6 +9,7 @@ whether the files changed, not whether their meaning did (`agent.config.changes`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from agent.config.loader import Config
@@ -17,9 +18,15 @@ SHOWN_HEX_DIGITS = 12
 
 
 def fingerprint(cfg: Config) -> str:
-    files = sorted({cfg.file, *(d.file for d in cfg.devices if d.file)} - {""})
+    """The gateway's configuration: its file and every file its devices came from."""
+    return files_fingerprint({cfg.file, *(d.file for d in cfg.devices if d.file)})
+
+
+def files_fingerprint(names: Iterable[str]) -> str:
+    """The SHA-256 of the files, each as its path and bytes, in path order; 12 hex digits (the
+    ledger's `ledger.yaml` is one file)."""
     digest = hashlib.sha256()
-    for name in files:
+    for name in sorted(set(names) - {""}):
         try:
             data = Path(name).read_bytes()
         except OSError as exc:  # read a moment ago by the loader; say it rather than fail

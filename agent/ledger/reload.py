@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from agent.config.fingerprint import files_fingerprint
 from agent.core.errors import ConfigError
 from agent.ledger.config import LedgerConfig, load
 from agent.ledger.intake_mqtt import MqttSubscriber
@@ -147,11 +146,8 @@ class LedgerParts:
 
 
 def file_hash(path: str) -> str:
-    """The first 12 hex digits of the SHA-256 of the file (`edge_ledger_config_info`)."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
-    except OSError:
-        return "unreadable"
+    """The file's fingerprint as the gateway's (`edge_ledger_config_info`)."""
+    return files_fingerprint([path])
 
 
 def _listener(web: Any) -> Any:
