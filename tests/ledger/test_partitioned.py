@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from conftest import TEMPLATE, _new_database, reset
 from test_arbitration import _identity_cases, decide
-from test_notifications import Receiver, receiver, two_workers_drain  # noqa: F401 (a fixture)
+from test_notifications import two_workers_drain
+from webhook import Receiver
 
 from agent.core.intake import parse_delivery
 from agent.ledger import arbiter, layout, report
@@ -125,7 +126,7 @@ async def test_two_arbiters_on_the_partitioned_layout_make_one_canonical_per_key
 
 async def test_two_notifiers_on_the_partitioned_layout_send_every_row_once(
     part_conn: Conn,
-    receiver: Receiver,  # noqa: F811 (the fixture imported above)
+    receiver: Receiver,
 ) -> None:
     """The notifier's claim (`FOR UPDATE SKIP LOCKED`), send and mark run unchanged on the
     partitioned `notification` table: 300 rows over 13 sources, two workers, each row sent once
