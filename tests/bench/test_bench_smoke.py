@@ -220,6 +220,21 @@ def test_faults_one_kill_and_one_stop_find_no_problem() -> None:
         assert figures["lost"] == 0 and figures["duplicates"] == 0 and figures["integrity_failures"] == 0
 
 
+def test_ledger_years_of_a_small_fill_compares_a_full_ledger_with_an_empty_one_beside_the_prune() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("ledger_years.py", "--arrivals", "20000", "--lines", "400", "--rounds", "1", "--old", "20")
+    assert got["bench"] == "ledger_years" and got["arrivals"] == 20000
+    assert_compared(got["full_lines_per_s"], got["empty_lines_per_s"], got["full_vs_empty"])
+    assert got["prune"]["arrival"]["pruned"] > 0 and got["prune"]["canonical_payload"]["pruned"] > 0
+    # A pruned event's re-delivery meets its first decision through the compact identity.
+    assert got["pruned_redeliveries_decided"] == {"duplicate": 20, "conflict": 20}
+
+
 def test_ledger_quick_compares_the_arbitration_with_copy_and_bare_set_based_sql() -> None:
     pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
     sys.path.insert(0, str(ROOT / "tests" / "ledger"))

@@ -82,6 +82,15 @@ async def backdate(dsn: str) -> None:
         await conn.execute("UPDATE canonical_event SET created_at = created_at - interval '2 days'")
 
 
+def test_prune_with_a_bad_configuration_says_file_and_line_and_exits_78(tmp_path: Path) -> None:
+    f = tmp_path / "ledger.yaml"
+    f.write_text(f"retention:\n  archive_dir: {tmp_path}\n")  # no intake: the file is invalid
+    bad = ledger("host=127.0.0.1 port=1", "prune", "-c", str(f), check=False)
+    assert bad.returncode == 78, bad.stderr
+    assert f"{f}:1: neither `mqtt` nor `http` intake is configured" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 async def test_prune_dry_run_then_prune_then_verify_and_check_as_processes(
     ledger_dsn: str, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ import click
 
 from agent.cli.context import EX_CONFIG, EX_IOERR
 from agent.cli.ledger.context import LedgerContext, run_ledger
+from agent.core.errors import ConfigError
 
 
 def span(seconds: float) -> str:
@@ -55,7 +56,11 @@ def prune_cmd(obj: LedgerContext, config_path: str, dry_run: bool, as_json: bool
     """
     from agent.ledger import config, prune
 
-    cfg = config.load(config_path)
+    try:
+        cfg = config.load(config_path)
+    except ConfigError as exc:  # every problem with its file:line, no traceback
+        click.echo(f"edge-agent ledger: configuration error: {exc}", err=True)
+        sys.exit(EX_CONFIG)
     if cfg.retention is None:
         click.echo(
             f"edge-agent ledger: {config_path} has no `retention:` section: nothing to prune", err=True

@@ -1,0 +1,360 @@
+"""The ledger after years: intake on a full ledger while retention and archiving run.
+
+Prints ONE JSON line (progress on stderr). Against a throwaway PostgreSQL cluster of its own
+(initdb + pg_ctl; fsync and synchronous_commit on; shared_buffers 256MB, max_wal_size 4GB):
+
+1. **Fill** (`--arrivals`, default 20,000,000): the ledger's schema (`ledger migrate`), then
+   arrivals/2 canonical events spread evenly over `--days` (default 730) up to now, each with two
+   arrivals (gateway `gw-a` inserted, `gw-b` its duplicate a second later), written by the
+   server itself (`INSERT ... SELECT` over `generate_series`, chunks of 500,000 canonicals, not
+   a client COPY: the rows never cross the socket). Raw lines about 330 bytes, as a CloudEvent
+   from MQTT; payload hashes computed as the arbiter computes them (checked on a sample).
+2. **Intake, alternated** (`--rounds`, default 3): `edge-agent ledger import --json` of a file of
+   `--lines` (default 50,000) fresh deliveries with half re-deliveries (bench/import_shapes.py's
+   `outsider` events, new keys each round), into a fresh empty ledger and into the full one, in
+   turn. On the full one, `edge-agent ledger prune` (retention: arrivals 90d, notifications 30d,
+   canonical payloads 365d, identity horizon 5y) is started before the first full round and runs
+   beside the rounds until it ends. Target (issue 33): the full ledger's intake at least 0.8 of
+   the empty one's (medians).
+3. **Size**: `pg_database_size` sampled every 5 s over the whole run; before and after the prune
+   (and after a plain VACUUM, which keeps the freed pages for reuse): "bounded" means the rounds
+   after the prune do not grow the database by more than their own rows.
+4. **Decisions verified**: each round's decisions (every fresh line inserted, every re-delivery a
+   duplicate of its line's event), and after the prune, re-deliveries of 1,000 events whose
+   arrivals and payloads were pruned (a second gateway's copy: `duplicate` against the compact
+   identity) and 1,000 with another payload (`conflict`).
+
+    python bench/ledger_years.py                          # 20M arrivals: about an hour here
+    python bench/ledger_years.py --arrivals 200000 --lines 5000 --rounds 1   # the CI smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "ledger"))  # the tests' throwaway cluster
+
+import pgcluster  # noqa: E402
+import psycopg  # noqa: E402
+
+from agent.core.contract import payload_hash  # noqa: E402
+from agent.core.timestamps import format_timestamp  # noqa: E402
+from bench.import_shapes import _outsider_event  # noqa: E402
+from bench.ledger_import import drop_db, fresh_db, make_template  # noqa: E402
+
+LEDGER = [sys.executable, "-m", "agent", "ledger"]
+CHUNK = 500_000
+SOURCES = 500
+TS_SQL = "to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+PAYLOAD_SQL = """'{"level":' || (i %% 1000) || ',"state":"' || (CASE WHEN i %% 2 = 0 THEN 'open' ELSE 'closed' END) || '"}'"""
+
+# One chunk of canonicals [lo, hi) and their two arrivals each; %(start)s is the first event's
+# time, %(step)s the seconds between events.
+FILL_SQL = f"""
+WITH g AS (
+  SELECT i, %(start)s::timestamptz + make_interval(secs => i * %(step)s::float8) AS t
+  FROM generate_series(%(lo)s::bigint, %(hi)s::bigint - 1) AS i
+), c AS (
+  INSERT INTO canonical_event (id, source, transition_id, boot_id, source_ts, payload, payload_hash,
+                               inserted_arrival_at, first_gateway, created_at)
+  OVERRIDING SYSTEM VALUE
+  SELECT i + 1, 'plant-a/PLC-' || (i %% {SOURCES}) || '/valve', 'T' || i, 'B' || (i / 1000000), t,
+         {PAYLOAD_SQL},
+         encode(sha256(convert_to('{{"payload":' || {PAYLOAD_SQL} || ',"sourceTimestamp":"' || {TS_SQL} || '"}}',
+                'UTF8')), 'hex'),
+         t, 'gw-a', t
+  FROM g
+  RETURNING id, source, transition_id, boot_id, source_ts, payload, payload_hash, created_at
+)
+INSERT INTO arrival (id, kind, decision, canonical_id, source, transition_id, boot_id, source_ts,
+                     payload_hash, gateway, gateway_arrival_at, attempt, replayed, received_at, via,
+                     ce_id, raw, arrival_key)
+OVERRIDING SYSTEM VALUE
+SELECT 2 * c.id - 1 + d.n, 'transition', CASE d.n WHEN 0 THEN 'inserted' ELSE 'duplicate' END, c.id,
+       c.source, c.transition_id, c.boot_id, c.source_ts, c.payload_hash, d.gw,
+       c.created_at + make_interval(secs => d.n), 1, false, c.created_at + make_interval(secs => d.n), 'mqtt',
+       d.gw || '-' || c.id,
+       convert_to(json_build_object('specversion', '1.0', 'id', d.gw || '-' || c.id, 'type',
+         'com.edge-agent.transition', 'source', c.source, 'time', c.source_ts, 'transitionid',
+         c.transition_id, 'bootid', c.boot_id, 'gateway', d.gw, 'attempt', 1, 'replayed', false,
+         'data', c.payload::json)::text, 'UTF8'),
+       sha256(convert_to('fill/' || d.gw || '/' || c.id, 'UTF8'))
+FROM c CROSS JOIN (VALUES (0, 'gw-a'), (1, 'gw-b')) AS d(n, gw)
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
+
+
+def fill(dsn: str, arrivals: int, days: float, now: datetime) -> dict[str, Any]:
+    canonicals = arrivals // 2
+    start = now - timedelta(days=days)
+    step = days * 86400.0 / canonicals
+    t0 = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for lo in range(0, canonicals, CHUNK):
+            hi = min(canonicals, lo + CHUNK)
+            conn.execute(FILL_SQL, {"start": start, "step": step, "lo": lo, "hi": hi})
+            done = time.perf_counter() - t0
+            log(f"fill: {2 * hi:,} of {arrivals:,} arrivals, {2 * hi / done:,.0f}/s")
+        for table in ("canonical_event", "arrival"):
+            conn.execute(f"SELECT setval('{table}_id_seq', (SELECT max(id) FROM {table}))")
+        conn.execute("ANALYZE")
+        # The arbiter's hash of a sample, as the ledger computes it: the fill must agree.
+        for cid, ts, payload, h in conn.execute(
+            "SELECT id, source_ts, payload, payload_hash FROM canonical_event WHERE id IN (1, 2, %s)",
+            (canonicals,),
+        ):
+            want = payload_hash(json.loads(payload), format_timestamp(ts))
+            if want != h:
+                raise SystemExit(f"fill: canonical {cid}'s payload_hash {h} is not the arbiter's {want}")
+    return {
+        "fill_s": round(time.perf_counter() - t0, 1),
+        "canonicals": canonicals,
+        "start": start.isoformat(),
+    }
+
+
+def sizes(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relkind IN ('r', 'p')"
+            " AND relnamespace = 'public'::regnamespace ORDER BY 2 DESC"
+        ).fetchall()
+        total = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    out = {"database": int(total[0]) if total else 0}
+    out.update({name: int(n) for name, n in rows if n > 8192 * 4})
+    return out
+
+
+class Sampler(threading.Thread):
+    """pg_database_size every `every` seconds, with the time since the start."""
+
+    def __init__(self, dsn: str, every: float = 5.0) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.every, self.samples = dsn, every, []  # type: ignore[var-annotated]
+        self.stopped = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stopped.is_set():
+                row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+                self.samples.append((round(time.monotonic() - self.t0, 1), int(row[0]) if row else 0))
+                self.stopped.wait(self.every)
+
+
+def write_round_file(path: Path, rnd: int, n: int) -> None:
+    """n lines: each even line a new event (keys of this round only), each odd one re-delivers the
+    line before it as a second gateway writes it (a duplicate)."""
+    base = 10_000_000 * (rnd + 1)
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(n):
+            k = base + i // 2
+            ev = _outsider_event(k, i % 2 == 1)
+            ev["transitionId"] = f"R{rnd}-{k}"  # apart from the fill's T<i> and the other rounds
+            f.write(json.dumps(ev) + "\n")
+
+
+def import_file(dsn: str, file: Path) -> tuple[float, list[dict[str, Any]]]:
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "agent", "ledger", "--dsn", dsn, "import", str(file), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise SystemExit(f"ledger import failed ({out.returncode}): {out.stderr[-2000:]}")
+    return wall, [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def check_round(results: list[dict[str, Any]], n: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    by_line = {r["line"]: r for r in results}
+    for r in results:
+        counts[r["decision"]] = counts.get(r["decision"], 0) + 1
+    want = {"inserted": (n + 1) // 2, "duplicate": n // 2}
+    if counts != want:
+        raise SystemExit(f"decisions {counts}, not {want}")
+    for line in range(2, n + 1, 2):  # lines count from 1: every even line re-delivers the one before
+        if by_line[line]["canonical_id"] != by_line[line - 1]["canonical_id"]:
+            raise SystemExit(f"line {line} names another event than line {line - 1}")
+    return counts
+
+
+def old_redeliveries(path: Path, dsn: str, n: int, cutoff: datetime) -> int:
+    """n re-deliveries of pruned events (gateway gw-c, same content) and n with another payload."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT source, transition_id, boot_id, source_ts, payload_hash FROM canonical_event"
+            " WHERE payload IS NULL AND created_at < %s ORDER BY id LIMIT %s",
+            (cutoff, 2 * n),
+        ).fetchall()
+    if len(rows) < 2 * n:
+        raise SystemExit(f"only {len(rows)} pruned canonicals to re-deliver, {2 * n} wanted")
+    with path.open("w", encoding="utf-8") as f:
+        for j, (source, tid, boot, ts, _h) in enumerate(rows):
+            i = int(tid[1:])
+            payload = {"level": i % 1000, "state": "open" if i % 2 == 0 else "closed"}
+            if j >= n:
+                payload["level"] = -1  # other content under the same key: a conflict
+            ev = {
+                "source": source,
+                "transitionId": tid,
+                "bootId": boot,
+                "sourceTimestamp": format_timestamp(ts),
+                "arrivalAt": format_timestamp(ts),
+                "gateway": "gw-c",
+                "payload": payload,
+            }
+            f.write(json.dumps(ev) + "\n")
+    return 2 * n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arrivals", type=int, default=20_000_000)
+    ap.add_argument("--days", type=float, default=730.0)
+    ap.add_argument("--lines", type=int, default=50_000, help="lines per intake round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--old", type=int, default=1000, help="re-deliveries of pruned events (and as many conflicts)"
+    )
+    a = ap.parse_args()
+    bindir = pgcluster.find_binaries()
+    if bindir is None:
+        print("bench/ledger_years.py: no PostgreSQL server binaries (initdb, pg_ctl)", file=sys.stderr)
+        sys.exit(2)
+    cluster = pgcluster.create(bindir, durable=True)
+    cluster.stop()
+    cluster.options = "-c shared_buffers=256MB -c max_wal_size=4GB -c checkpoint_timeout=15min"
+    cluster.start()
+    out: dict[str, Any] = {"bench": "ledger_years", "arrivals": a.arrivals, "days": a.days, "lines": a.lines}
+    out["rounds"] = a.rounds
+    now = datetime.now(UTC)
+    try:
+        make_template(cluster)
+        full = fresh_db(cluster)
+        out["fill"] = fill(full, a.arrivals, a.days, now)
+        out["size_after_fill"] = sizes(full)
+        out["bytes_per_day_of_traffic"] = round(out["size_after_fill"]["database"] / a.days)
+        log(f"filled: {out['size_after_fill']['database'] / 1e9:.2f} GB")
+        sampler = Sampler(full)
+        sampler.start()
+        with tempfile.TemporaryDirectory(prefix="ledger-years-") as tmp:
+            archive = Path(tmp) / "archive"
+            archive.mkdir()
+            cfg = Path(tmp) / "ledger.yaml"
+            cfg.write_text(
+                "http: {listen: '127.0.0.1:1'}\nretention:\n  arrivals: 90d\n  notifications: 30d\n  canonical_payloads: 365d\n"
+                f"  identity_horizon: 5y\n  reviewed: 365d\n  archive_dir: {archive}\n"
+            )
+            empty_rates: list[float] = []
+            full_rates: list[float] = []
+            prune: subprocess.Popen[str] | None = None
+            prune_t0 = 0.0
+            during: list[bool] = []
+            for rnd in range(a.rounds):
+                file = Path(tmp) / f"round{rnd}.jsonl"
+                write_round_file(file, rnd, a.lines)
+                order = ("empty", "full") if rnd % 2 == 0 else ("full", "empty")
+                for side in order:
+                    if side == "empty":
+                        dsn = fresh_db(cluster)
+                        wall, res = import_file(dsn, file)
+                        drop_db(cluster, dsn)
+                        empty_rates.append(a.lines / wall)
+                    else:
+                        if prune is None:
+                            log("prune started beside the intake")
+                            prune_t0 = time.monotonic()
+                            prune = subprocess.Popen(
+                                [*LEDGER, "--dsn", full, "prune", "-c", str(cfg), "--json"],
+                                cwd=ROOT,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                text=True,
+                            )
+                        running = prune.poll() is None
+                        wall, res = import_file(full, file)
+                        during.append(running and prune.poll() is None)
+                        full_rates.append(a.lines / wall)
+                    check_round(res, a.lines)
+                    log(f"round {rnd} {side}: {a.lines / wall:,.0f} lines/s")
+            assert prune is not None
+            pruned_out, pruned_err = prune.communicate()
+            out["prune_s"] = round(time.monotonic() - prune_t0, 1)
+            if prune.returncode != 0:
+                raise SystemExit(f"prune failed ({prune.returncode}): {pruned_err[-2000:]}")
+            steps = json.loads(pruned_out)["steps"] if pruned_out.strip() else []
+            out["prune"] = {
+                st["table"]: {"archived": st["archived"], "pruned": st["pruned"], "files": len(st["files"])}
+                for st in steps
+            }
+            out["archive_bytes"] = sum(p.stat().st_size for p in archive.rglob("*") if p.is_file())
+            out["size_after_prune"] = sizes(full)
+            with psycopg.connect(full, autocommit=True) as conn:
+                t0 = time.perf_counter()
+                conn.execute("VACUUM")
+                out["vacuum_s"] = round(time.perf_counter() - t0, 1)
+            out["size_after_vacuum"] = sizes(full)
+            # After the prune: rounds again on the full ledger (the freed pages taken again).
+            after_rates = []
+            for rnd in range(a.rounds, 2 * a.rounds):
+                file = Path(tmp) / f"round{rnd}.jsonl"
+                write_round_file(file, rnd, a.lines)
+                wall, res = import_file(full, file)
+                check_round(res, a.lines)
+                after_rates.append(a.lines / wall)
+            out["size_after_more_rounds"] = sizes(full)
+            old = Path(tmp) / "old.jsonl"
+            n_old = old_redeliveries(old, full, a.old, now - timedelta(days=365))
+            _, res = import_file(full, old)
+            got: dict[str, int] = {}
+            for r in res:
+                got[r["decision"]] = got.get(r["decision"], 0) + 1
+            if got != {"duplicate": a.old, "conflict": a.old}:
+                raise SystemExit(
+                    f"pruned events re-delivered: {got} of {n_old}, not duplicates and conflicts"
+                )
+            out["pruned_redeliveries_decided"] = got
+        sampler.stopped.set()
+        sampler.join()
+        out["empty_lines_per_s"] = round(statistics.median(empty_rates))
+        out["full_lines_per_s"] = round(statistics.median(full_rates))
+        out["full_vs_empty"] = round(out["full_lines_per_s"] / out["empty_lines_per_s"], 3)
+        out["full_after_prune_lines_per_s"] = round(statistics.median(after_rates))
+        out["full_after_prune_vs_empty"] = round(
+            out["full_after_prune_lines_per_s"] / out["empty_lines_per_s"], 3
+        )
+        out["empty_rounds"] = [round(x) for x in empty_rates]
+        out["full_rounds"] = [round(x) for x in full_rates]
+        out["full_rounds_beside_prune"] = during
+        out["size_samples"] = sampler.samples[:: max(1, len(sampler.samples) // 40)]
+        out["size_max"] = max(s for _, s in sampler.samples)
+        out["target_full_vs_empty_ge_0.8"] = out["full_vs_empty"] >= 0.8
+        out["loadavg"] = os.getloadavg()
+        out["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    finally:
+        cluster.destroy()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
