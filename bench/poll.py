@@ -64,9 +64,10 @@ from agent.core.snapshot import Observations  # noqa: E402
 from agent.core.timestamps import parse_timestamp  # noqa: E402
 from agent.service.recorder import Recorder  # noqa: E402
 from agent.service.runtime import tuned_process  # noqa: E402
-from agent.sources.base import due_in_s, phase_s, run_source  # noqa: E402
+from agent.sources.base import run_source  # noqa: E402
 from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
+from agent.sources.schedule import SlotBook, due_in_s  # noqa: E402
 from agent.store.store import Store  # noqa: E402
 from bench.poll_figures import Window, compared, missed_pct  # noqa: E402
 from bench.poll_opcua import bare_opcua  # noqa: E402
@@ -166,11 +167,13 @@ async def bare(
     ]
     await asyncio.gather(*(c.connect() for c in clients))
     end = time.monotonic() + warm_up + seconds
+    book = SlotBook()  # the agent's slots (agent.sources.schedule), dealt as its pollers take them
+    phases = {d.name: book.take(d.poll, f"{d.name} {d.connections[0].receiver}").phase for d in devices}
 
     async def one(dev: config.Device, client: AsyncModbusTcpClient) -> None:
         period = dev.poll
-        # The agent's schedule: each connection's ticks at its own stable phase over the interval.
-        phase = 0.0 if aligned else phase_s(f"{dev.name} {dev.connections[0].receiver}", period)
+        # The agent's schedule: the slots its pollers take, dealt in the same (device) order.
+        phase = 0.0 if aligned else phases[dev.name]
         reads = [
             (getattr(client, f"read_{'holding_registers' if t == 'holding' else t}"), s, n)
             for t, s, n in plan_of(dev)
@@ -217,10 +220,12 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
     rec = asyncio.create_task(recorder.run(stop_rec))
     modbus: list[str] = []
     tasks = []
+    sources: list[Any] = []
     for d in devices:
         for i, c in enumerate(d.connections):
             key = f"{d.name}#{i}"
             src = build_source(d, c)
+            sources.append(src)
             if isinstance(src, ModbusSource):
                 modbus.append(key)
             # Live state per connection, as the service keeps it for `status` and metrics.
@@ -235,6 +240,8 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
     n, n_modbus = window.polls(), window.polls(modbus)
     stop.set()
     await asyncio.gather(*tasks)
+    for src in sources:  # their slots, as the service's run_device gives them back
+        src.release()
     stop_rec.set()
     await rec
     await store.close()

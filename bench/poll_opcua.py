@@ -20,8 +20,8 @@ from asyncua import Client
 
 from agent.config import loader as config
 from agent.config.sources import OpcUa
-from agent.sources.base import due_in_s, phase_s
 from agent.sources.opcua.session import namespace_index, resolve_nodes
+from agent.sources.schedule import SlotBook, due_in_s
 
 
 class Marks(Protocol):
@@ -46,10 +46,12 @@ async def bare_opcua(
         _, nodes = resolve_nodes(client, dev, idx)
         clients.append((dev, client, nodes))
     end = time.monotonic() + warm_up + seconds
+    book = SlotBook()  # the agent's slots (agent.sources.schedule), dealt as its pollers take them
+    phases = {d.name: book.take(d.poll, f"{d.name} {d.connections[0].receiver}").phase for d in devices}
 
     async def one(dev: config.Device, client: Client, nodes: list[Any]) -> None:
         period = dev.poll
-        phase = 0.0 if aligned else phase_s(f"{dev.name} {dev.connections[0].receiver}", period)
+        phase = 0.0 if aligned else phases[dev.name]
         while time.monotonic() < end:
             values = await client.read_attributes(nodes)
             if len(values) == len(nodes):

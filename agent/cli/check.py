@@ -192,6 +192,7 @@ async def _probe(device: config.Device, conn: config.Connection, timeout: float)
         return f"FAIL {device.name} via {conn.receiver}: {exc or 'timed out'}"
     finally:
         await source.close()
+        source.release()
     unread = unread_parts(snap)
     if unread:
         return f"FAIL {device.name} via {conn.receiver}: not read: {'; '.join(unread)}"

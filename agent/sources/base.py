@@ -34,9 +34,8 @@ import contextlib
 import logging
 import random
 import time
-import zlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from agent.core.errors import SourceUnavailable
 from agent.core.live import ConnectionLive
@@ -87,77 +86,6 @@ class StateLog:
         else:
             self.logger.log(level, "%s %s: %s", self.label, what, state)
         return True
-
-
-def phase_s(key: str, period: float) -> float:
-    """A stable offset in [0, period) for the connection named `key` (the same on every start).
-
-    Connections with one interval would otherwise all wake on the same millisecond: their
-    requests queue behind each other, and one that lands after the next tick loses it.
-    Spreading the ticks over the interval by a hash of the name keeps them apart.
-    """
-    return (zlib.crc32(key.encode("utf-8")) / 2**32) * period
-
-
-def due_in_s(period: float, phase: float, now: float) -> float:
-    """Seconds from `now` to the next tick at `phase + k * period` (no drift, no burst after a
-    slow read: a tick that has passed is skipped, never made up)."""
-    return period - ((now - phase) % period)
-
-
-MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
-
-
-def _wake(tick: asyncio.Future[None]) -> None:
-    if not tick.done():  # a sleep that was cancelled, or already woken
-        tick.set_result(None)
-
-
-class Pacer:
-    """One connection's ticks: the future to await for the next one, done early when one of the
-    given events (that stay set once set: ``stop``, a lost link) is set.
-
-    One waiter per event lives as long as the event, not one per tick: each tick is one future
-    and one timer, as ``asyncio.sleep``. Call :meth:`drop` when the connection closes."""
-
-    def __init__(self) -> None:
-        self._tick: asyncio.Future[None] | None = None  # the last tick handed out
-        self._events: tuple[asyncio.Event, ...] = ()
-        self._waiters: list[asyncio.Future[Any]] = []
-
-    def tick(self, delay: float, *events: asyncio.Event) -> asyncio.Future[None] | None:
-        """A future done in `delay` seconds or when one of `events` is set; None when one is set.
-        A delay under a millisecond yields to the loop once (a timer would wait a whole one)."""
-        if events != self._events:
-            self.drop()
-            self._events = events
-            for e in events:
-                waiter = asyncio.ensure_future(e.wait())
-                waiter.add_done_callback(self._set)
-                self._waiters.append(waiter)
-        for e in events:
-            if e.is_set():
-                return None
-        loop = asyncio.get_running_loop()
-        tick = self._tick = loop.create_future()
-        # Left to fire when the tick was ended early: `_wake` finds it done.
-        if delay < MIN_SLEEP_S:
-            loop.call_soon(_wake, tick)
-        else:
-            loop.call_later(delay, _wake, tick)
-        return tick
-
-    def _set(self, waiter: asyncio.Future[Any]) -> None:
-        """An event was set: end the tick under way, if any (not for a waiter dropped)."""
-        if self._tick is not None and not waiter.cancelled():
-            _wake(self._tick)
-
-    def drop(self) -> None:
-        """Cancel the waiters (the connection closed; its events may never be set)."""
-        waiters, self._waiters, self._events = self._waiters, [], ()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.cancel()
 
 
 def _boot_of(obs: Observations) -> str | None:

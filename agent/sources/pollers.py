@@ -66,9 +66,30 @@ async def run_device(
     alarm_memory: AlarmMemoryReader | None = None,
 ) -> None:
     """Poll every connection of one device until ``stop``; one task per connection."""
+    sources: list[Source] = []
+    try:
+        await _run_connections(device, sink, stop, live, resume, supervise, alarm_memory, sources)
+    finally:
+        for source in sources:  # their slots in the poll interval (agent.sources.schedule)
+            release = getattr(source, "release", None)
+            if release is not None:
+                release()
+
+
+async def _run_connections(
+    device: Device,
+    sink: ObservationSink,
+    stop: asyncio.Event,
+    live: ServiceLive | None,
+    resume: Resume | None,
+    supervise: Supervise,
+    alarm_memory: AlarmMemoryReader | None,
+    sources: list[Source],
+) -> None:
     async with asyncio.TaskGroup() as tg:
         for conn in device.connections:
             source = build_source(device, conn, resume, alarm_memory)
+            sources.append(source)
             name = f"poller[{device.name} {conn.receiver}]"
 
             def start(source: Source = source) -> Awaitable[None]:

@@ -1,11 +1,11 @@
-"""A connection's ticks (`agent.sources.base.Pacer`): an event set ends the tick under way, a
+"""A connection's ticks (`agent.sources.schedule.Pacer`): an event set ends the tick under way, a
 set event gives no tick at all, and dropping the waiters (the connection closed) ends nothing."""
 
 from __future__ import annotations
 
 import asyncio
 
-from agent.sources.base import Pacer
+from agent.sources.schedule import Pacer
 
 
 async def test_setting_an_event_ends_the_tick_under_way_and_then_no_tick_is_given() -> None:

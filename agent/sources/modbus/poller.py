@@ -42,7 +42,7 @@ from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import ChannelRead, Observations, RingRead, Snapshot
 from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
-from agent.sources.base import Pacer, StateLog, due_in_s, phase_s
+from agent.sources.base import StateLog
 from agent.sources.modbus.answers import (
     GATEWAY_CODES,
     BadResponse,
@@ -55,6 +55,7 @@ from agent.sources.modbus.field_reads import FieldReads, boot_value
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
 from agent.sources.modbus.ring import ring_blocks, ring_entries, ring_header
 from agent.sources.readings import channel_fields
+from agent.sources.schedule import BOOK, Pacer, due_in_s
 
 log = logging.getLogger(__name__)
 NOTHING = Observations()  # what a poll that read exactly what the last one read adds
@@ -100,7 +101,9 @@ class ModbusSource:
         self.split_until = 0.0
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver} unit {conn.unit})')
         self.polls = 0
-        self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
+        # Its slot in the poll interval (agent.sources.schedule), given back by `release`.
+        self.slot = BOOK.take(device.poll, f"{device.name} {conn.receiver}")
+        self.phase = self.slot.phase
         self.pacer = Pacer()
         # The registers of the last poll on this connection after which the tracker was settled.
         self._same: list[list[int] | None] | None = None
@@ -150,6 +153,10 @@ class ModbusSource:
             return ""
         return f"{c.serial}, {c.baudrate} baud, {c.bytesize}{c.parity}{c.stopbits}"
 
+    def release(self) -> None:
+        """Give the slot back (the device stopped for good: removed, or restarted by a reload)."""
+        BOOK.give_back(self.slot)
+
     async def close(self) -> None:
         self._same = None
         self.pacer.drop()
@@ -162,7 +169,7 @@ class ModbusSource:
 
     async def wait(self, stop: asyncio.Event) -> None:
         """Sleep to this connection's next tick (its phase over the poll interval), or until stop:
-        one future and one timer, as `asyncio.sleep` (:class:`agent.sources.base.Pacer`)."""
+        one future and one timer, as `asyncio.sleep` (:class:`agent.sources.schedule.Pacer`)."""
         tick = self.pacer.tick(due_in_s(self.dev.poll, self.phase, time.monotonic()), stop)
         if tick is not None:
             await tick

@@ -40,7 +40,7 @@ from agent.core.errors import SourceUnavailable
 from agent.core.snapshot import Observations, RingItem, Snapshot
 from agent.core.timestamps import format_timestamp
 from agent.core.tracker import DeviceTracker, Resume
-from agent.sources.base import Pacer, StateLog, due_in_s, phase_s
+from agent.sources.base import StateLog
 from agent.sources.opcua.alarms import AlarmLink, ua
 from agent.sources.opcua.events import SubscriptionHandler, event_item, ua_time
 from agent.sources.opcua.reads import boot_of, channel_of, ring_of, sort_values
@@ -54,6 +54,7 @@ from agent.sources.opcua.session import (
     subscribe,
 )
 from agent.sources.readings import merge
+from agent.sources.schedule import BOOK, Pacer, due_in_s
 
 log = logging.getLogger(__name__)
 NOTHING = Observations()  # what a poll that read exactly what the last one read adds
@@ -96,7 +97,9 @@ class OpcUaSource:
         self.alarm_link: AlarmLink | None = None
         self.alarm_memory = alarm_memory  # read once, before the first connect
         self.alarm_pending = Observations()
-        self.phase = phase_s(f"{device.name} {conn.receiver}", device.poll)
+        # Its slot in the poll interval (agent.sources.schedule), given back by `release`.
+        self.slot = BOOK.take(device.poll, f"{device.name} {conn.receiver}")
+        self.phase = self.slot.phase
         self.pacer = Pacer()
         # What the last read on this session answered (`_answered`), kept when the tracker was
         # settled after observing it; the nodes whose source timestamp a snapshot uses.
@@ -204,6 +207,10 @@ class OpcUaSource:
         # An alarms-only device watches nothing: no data-change subscription at all (node-opcua
         # answers an empty CreateMonitoredItems with BadNothingToDo, and so may a PLC).
         await subscribe(client, self.conn, self.dev, watched, self.handler, idx)
+
+    def release(self) -> None:
+        """Give the slot back (the device stopped for good: removed, or restarted by a reload)."""
+        BOOK.give_back(self.slot)
 
     async def close(self) -> None:
         client, self.client = self.client, None
