@@ -45,8 +45,9 @@ EVENT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 class RecordEvent(NamedTuple):
     """One record's event without a delivery. `ext`: its extension attributes in the event's
-    order; `data_json`: the CloudEvent's `data`; `canonical_data`: that data as RFC 8785, None
-    where `data_json` is canonical already (a transition's payload)."""
+    order; `data_json`: the CloudEvent's `data`; `data`: its values and `evidence_json` its
+    stored evidence, for `record_text` (both None where `data_json` is canonical already: a
+    transition's payload). The canonical data is made only when the text is asked for."""
 
     source: str
     id: str
@@ -56,7 +57,8 @@ class RecordEvent(NamedTuple):
     time: str | None
     ext: dict[str, str]
     data_json: str
-    canonical_data: str | None
+    data: dict[str, Any] | None = None
+    evidence_json: str | None = None
 
 
 @lru_cache(maxsize=4096)
@@ -90,7 +92,6 @@ def transition_event(r: Transition, site: str) -> RecordEvent:
         r.source_ts,
         ext,
         r.payload_json,
-        None,
     )
 
 
@@ -98,7 +99,7 @@ def record_text(ev: RecordEvent) -> str:
     """The record as canonical JSON: the event's identity, its extension attributes but the
     evidence ones, and its data (keys in RFC 8785 order: the names are ASCII, so plain order)."""
     q, ext = json_string, ev.ext
-    data = ev.data_json if ev.canonical_data is None else ev.canonical_data
+    data = ev.data_json if ev.data is None else _canonical_data(ev.data, ev.evidence_json)
     boot, basis, tid = ext.get("bootid"), ext.get("identitybasis"), ext.get("transitionid")
     return (
         ("{" if boot is None else f'{{"bootid":{q(boot)},')
@@ -128,7 +129,9 @@ def _boot(r: BootObserved, site: str) -> RecordEvent:
         NO_CHANNEL,
         r.source_ts,
         {"bootid": r.boot_id, "arrivalat": r.first_arrival},
-        *_with_evidence(data, r.evidence_json),
+        _with_evidence(data, r.evidence_json),
+        data,
+        r.evidence_json,
     )
 
 
@@ -142,7 +145,9 @@ def _anomaly(r: ChannelAnomaly, site: str) -> RecordEvent:
         channel_of(r.source) or NO_CHANNEL,
         r.detected_at,
         {"bootid": r.boot_id},
-        *_with_evidence(data, r.evidence_json),
+        _with_evidence(data, r.evidence_json),
+        data,
+        r.evidence_json,
     )
 
 
@@ -167,13 +172,18 @@ def _incomplete(r: IdentityIncomplete, site: str, gateway: str, store_id: str) -
         r.source_ts,
         {"arrivalat": r.arrival_at, "identitybasis": r.basis},
         EVENT_JSON.encode(data),
-        canonical_json(data),
+        data,
     )
 
 
-def _with_evidence(data: dict[str, Any], evidence_json: str) -> tuple[str, str]:
-    """(the CloudEvent's data: the stored evidence spliced in as it is, the data as RFC 8785)."""
-    evidence = evidence_json or "{}"
+def _with_evidence(data: dict[str, Any], evidence_json: str) -> str:
+    """The CloudEvent's data: the stored evidence spliced in as it is."""
     text = EVENT_JSON.encode(data)
-    canonical = canonical_json({**data, "evidence": json.loads(evidence)})
-    return f'{text[:-1]},"evidence":{evidence}}}', canonical
+    return f'{text[:-1]},"evidence":{evidence_json or "{}"}}}'
+
+
+def _canonical_data(data: dict[str, Any], evidence_json: str | None) -> str:
+    """The data as RFC 8785, its evidence (not canonical as stored) parsed once."""
+    if evidence_json is None:
+        return canonical_json(data)
+    return canonical_json({**data, "evidence": json.loads(evidence_json or "{}")})

@@ -307,7 +307,7 @@ def test_the_direct_body_is_exactly_what_the_json_encoder_writes(
     attempt: int,
     replayed: bool,
 ) -> None:
-    ev = RecordEvent(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}', None)  # type: ignore[arg-type]
+    ev = RecordEvent(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')  # type: ignore[arg-type]
     direct = encode_module._body(ev, gateway, f"{STORE_ID}:7", attempt, replayed)
     assert direct == body_general(ev, gateway, f"{STORE_ID}:7", attempt, replayed)
 
