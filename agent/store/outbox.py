@@ -173,55 +173,19 @@ class Outbox:
     ) -> tuple[Claimed, T | None]:
         """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
         (one commit instead of two per batch: on an error neither is committed), and
-        `await prepare(entries)` on the next rows while the outcomes and
-        their attempts are being written and committed (on the store's thread): the next rows are
-        read first in the transaction, handed to `prepare`, and returned with its result once the
-        transaction is committed. Nothing may be sent before this returns (the attempts are
-        committed only then); when the transaction fails, the error is raised and what `prepare`
-        made must be thrown away. `prepare` should yield now and then (`await asyncio.sleep(0)`),
-        so the store's thread gets the interpreter lock between its statements.
-
-        The whole transaction is one trip to the store's thread (BEGIN, the head query, the
-        outcomes, the attempts, COMMIT), so no statement waits for a turn of the loop to be queued:
-        the rows read are handed to the loop once the outcomes' UPDATE has begun (it then runs
-        beside `prepare`, without the interpreter lock), and the attempts and the COMMIT follow it
-        on the thread."""
+        `await prepare(entries)` on the next rows while the outcomes and their attempts are being
+        written and committed on the store's thread (`_settle_and_claim`): the rows are returned
+        with its result once the transaction is committed. Nothing may be sent before this returns
+        (the attempts are committed only then); when the transaction fails, the error is raised and
+        what `prepare` made must be thrown away. `prepare` should yield now and then
+        (`await asyncio.sleep(0)`), so the store's thread gets the interpreter lock between its
+        statements."""
         store = self.store
         loop = asyncio.get_running_loop()
         read: asyncio.Future[Claimed] = loop.create_future()
         plan = _plan(results, receipts)
-
-        def hand(rows: list[Any], records: dict[str, dict[int, Any]]) -> None:  # on the loop
-            if not read.done():
-                read.set_result(Claimed(rows, records))
-
         reserved_from = self.reserved_from.get(upstream, NONE_RESERVED)  # held under the lock below
-
-        def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
-            rows, records = read_head_on(conn, upstream, limit, after)
-            rows = as_handed(rows, reserved_from)
-            # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
-            # once the statement runs, which it does without the interpreter lock): handed before
-            # it, the thread would wait for the lock while the loop works on the rows.
-            handed: list[bool] = []
-
-            def handover(_: str) -> None:
-                if not handed:
-                    handed.append(True)
-                    loop.call_soon_threadsafe(hand, rows, records)
-
-            conn.set_trace_callback(handover)
-            try:
-                _settle_on(conn, plan, now)
-            finally:
-                conn.set_trace_callback(None)
-                handover("")  # no statement ran (nothing to settle): hand the rows over now
-            if rows:
-                # The rows read are every pending row of `upstream` from the first to the last of
-                # them: this transaction holds the write lock since before the read, and the
-                # settle above changes only rows up to `after`.
-                conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0], reserved_from))
-
+        cycle = _settle_and_claim(loop, read, plan, now, (upstream, limit, after, reserved_from))
         async with store.lock:
             task = asyncio.ensure_future(store.transact(cycle))
             prepared: T | None = None
@@ -321,6 +285,53 @@ class _Plan(NamedTuple):
     refused: list[tuple[str, int]]  # (error, outbox id)
     retried: list[tuple[str, int]]
     receipts: bool = False  # acknowledged rows become `sent` (a receipt makes them `delivered`)
+
+
+def _settle_and_claim(
+    loop: asyncio.AbstractEventLoop,
+    read: asyncio.Future[Claimed],
+    plan: _Plan,
+    now: str,
+    head: tuple[str, int, int, int],
+) -> Callable[[sqlite3.Connection], None]:
+    """The transaction of `Outbox.settle_and_claim_prepared` for the store's thread, `head` being
+    (upstream, limit, after, the first reserved id). One trip to that thread (BEGIN, the head
+    query, the outcomes, the attempts, COMMIT), so no statement waits for a turn of the loop to be
+    queued: the rows read are handed to the loop (`read`) once the outcomes' UPDATE has begun (it
+    then runs beside the caller's `prepare`, without the interpreter lock), and the attempts and
+    the COMMIT follow it on the thread."""
+    upstream, limit, after, reserved_from = head
+
+    def hand(rows: list[Any], records: dict[str, dict[int, Any]]) -> None:  # on the loop
+        if not read.done():
+            read.set_result(Claimed(rows, records))
+
+    def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
+        rows, records = read_head_on(conn, upstream, limit, after)
+        rows = as_handed(rows, reserved_from)
+        # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
+        # once the statement runs, which it does without the interpreter lock): handed before
+        # it, the thread would wait for the lock while the loop works on the rows.
+        handed: list[bool] = []
+
+        def handover(_: str) -> None:
+            if not handed:
+                handed.append(True)
+                loop.call_soon_threadsafe(hand, rows, records)
+
+        conn.set_trace_callback(handover)
+        try:
+            _settle_on(conn, plan, now)
+        finally:
+            conn.set_trace_callback(None)
+            handover("")  # no statement ran (nothing to settle): hand the rows over now
+        if rows:
+            # The rows read are every pending row of `upstream` from the first to the last of
+            # them: this transaction holds the write lock since before the read, and the
+            # settle above changes only rows up to `after`.
+            conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0], reserved_from))
+
+    return cycle
 
 
 def _plan(results: Results, receipts: bool = False) -> _Plan:
