@@ -1,39 +1,17 @@
 """Outbox queries: claim pending rows in order, settle them, count them, requeue them.
 
-Every row is (upstream, kind, ref_id) with a state: `pending` (still to go),
-`sent` (acknowledged by the broker of an upstream that sends receipts, awaiting the receipt that
-says the ledger committed it), `delivered` (acknowledged upstream: for a receipts upstream, its
-receipt came) or `rejected` (dead letter: refused by the upstream, never retried automatically).
-`attempts` counts delivery attempts of that row for that upstream.
+A row is (upstream, kind, ref_id) with a state (`pending`, `sent`, `delivered`, `rejected`) and
+its `attempts`; the states, the receipts (`confirm`, `requeue_sent`) and the crash safety step by
+step are in docs/architecture.md ("The outbox"). The rules this module keeps:
 
-Receipts (`confirm`, `requeue_sent`): a receipt turns the rows it names `delivered` whether they
-are `sent` or still `pending` (a receipt may come before the broker's PUBACK is settled, and a row
-queued again whose earlier attempt the ledger committed needs no other attempt). A `sent` row
-without a receipt goes back to `pending` (`requeue_sent`): when its receipt is overdue, when the
-sink came back on a new connection, and at the start of the service; it is then sent again, same
-id, next attempt. The ledger makes a resend one more arrival, never a second event.
-
-Crash safety, step by step (one forwarder per upstream and store):
-1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
-   records and commits `attempts + 1` for them *before* anything is sent
-   (`settle_and_claim_prepared()` commits one batch's outcomes and the next rows' attempts
-   together, hands the next rows to the caller's encoder while that transaction is written,
-   and returns only once it is committed). A
-   crash afterwards resends them with the next attempt number, same ids.
-2. The sink publishes and waits for acknowledgements.
-3. `settle()` commits delivered / rejected / retry for the whole batch in one
-   transaction. A crash between 2 and 3 is the "at least once" case: the
-   upstream sees the event again with `attempt` + 1 and the same (source, id).
-
-Nothing here holds more than one batch in memory: the queue head is found
-through the `outbox_pending(upstream, state, outbox_id)` index, so a backlog
-of millions costs the same per batch as a backlog of ten (`agent.store.outbox_head`
-reads it and builds the entries; `agent.store.outbox_counts` counts per upstream).
-
-Every read and write goes through the store's lock: a transaction belongs to
-the connection, so an unlocked read could see a half-written `record()` batch
-(and publish an event that is then rolled back). `upstream_counts()`
-(`agent.store.outbox_counts`) also serves the reader's own connection. Nothing here imports a sink.
+* a claim commits `attempts + 1` *before* anything is sent (`settle_and_claim_prepared()`: with
+  the last batch's outcomes, in one transaction): a crash resends with the next attempt, same ids;
+* nothing holds more than one batch in memory: the queue head is found through the
+  `outbox_pending(upstream, state, outbox_id)` index, so a backlog of millions costs the same per
+  batch as one of ten (`agent.store.outbox_head` reads it; `agent.store.outbox_counts` counts);
+* every read and write goes through the store's lock: a transaction belongs to the connection,
+  so an unlocked read could see a half-written `record()` batch (and publish an event that is
+  then rolled back). Nothing here imports a sink.
 """
 
 from __future__ import annotations
