@@ -4,8 +4,9 @@
 `type`, its device and channel, its time, its extension attributes and its `data`;
 `record_text()` is the record as canonical JSON (RFC 8785), the Sparkplug event metric's value.
 `agent.sinks.encode` adds only the envelope of one delivery (`attempt`, `replayed`, `gateway`,
-`outboxid`); `agent.sparkplug.mapping` takes the text as it is. `arrivalat` is evidence, not
-identity: it goes in the CloudEvent, never in the text.
+`outboxid`; its row fast path writes the common transition's same bytes from the stored row, held
+equal by the tests); `agent.sparkplug.mapping` takes the text as it is. `arrivalat` is evidence,
+not identity: it goes in the CloudEvent, never in the text.
 
 | record              | type (io.edgeagent.*) | source                     | id                            |
 |---------------------|-----------------------|----------------------------|-------------------------------|
@@ -16,9 +17,8 @@ identity: it goes in the CloudEvent, never in the text.
 | identity_incomplete | identity_incomplete   | site/pct(gateway)          | store id:arrival id           |
 
 (a, b: first and last missing value of a gap or overrun; old and new value of a wrap or reset.
-The store id is the UUID made with the store file: arrival ids start again at 1 in a replaced
-store, so the arrival id alone could name two records.) `identitybasis` (`counter`, `event_id`,
-`window`) says where a transitionId came from; `window` is the `window_key` flag (section 8).
+The store id: arrival ids start again at 1 in a replaced store.) `identitybasis` (`counter`,
+`event_id`, `window`) says where a transitionId came from; `window` is the `window_key` flag.
 
 A transition's stored payload is canonical JSON already and is spliced in as it is; a stored
 evidence text is not (the tracker writes it ASCII-escaped), so the text parses it once.
