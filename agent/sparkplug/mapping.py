@@ -158,7 +158,8 @@ def row_metrics(
         props = _props(ev.id, ev.source, None, rec.boot_id, None, rec.detected_at)
         metric = Metric(name, s, text, ms, historical, props, with_type=False)
         return RowMetrics(entry.outbox_id, device_of(rec.source), [metric], ms)
-    assert isinstance(rec, IdentityIncomplete)
+    if not isinstance(rec, IdentityIncomplete):
+        raise ValueError(f"outbox row {entry.outbox_id}: a {entry.kind} record has no metric")
     ms = to_ms(rec.source_ts or rec.arrival_at)
     props = _props(ev.id, ev.source, rec.transition_id, rec.boot_id, rec.basis, rec.source_ts)
     device = device_of(rec.source) if rec.source else None
