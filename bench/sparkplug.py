@@ -113,7 +113,12 @@ async def agent_messages(path: Path) -> list[tuple[str, bytes]]:
                 if entry.kind != "transition":
                     continue
                 rm = mapping.row_metrics(
-                    entry, site=SITE, historical=True, declared=frozenset({"Trip/State"}), cloudevent=None
+                    entry,
+                    site=SITE,
+                    historical=True,
+                    declared=frozenset({"Trip/State"}),
+                    gateway=GW,
+                    store_id=store.store_id,
                 )
                 body = encode(payload(rm.metrics), int(time.time() * 1000), len(out) % 256)
                 out.append((topic(GROUP, "DDATA", GW, mapping.device_id(rm.device or "")), body))

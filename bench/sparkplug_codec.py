@@ -75,7 +75,8 @@ def rows(n: int) -> list[tuple[Metrics, bool]]:
             site=SITE,
             historical=False,
             declared=declared,
-            cloudevent=None,
+            gateway="gw-bench",
+            store_id="bench-store",
         )
         out.append((rm.metrics, i % 2 == 0))
     return out

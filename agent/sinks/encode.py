@@ -1,56 +1,29 @@
 """Outbox records -> CloudEvents 1.0, structured JSON mode (pure; spec: contract section 4).
-No I/O and no identity of its own: `source` and `id` come from the contract, unchanged.
 
-Identity upstream is the pair (`source`, `id`), fixed by the contract and
-never touched by anything of this delivery: `attempt`, `replayed`,
-`gateway` and `arrivalat` are extension attributes, evidence only. So is
-`identitybasis` (`counter`, `event_id` or `window`: where the transitionId came
-from) on transitions and identity-incomplete records; `window` is the
-`window_key` flag of contract section 8, so no receiver mistakes a window key
-for an id the controller gave.
-
-| record              | type (io.edgeagent.*) | source                     | id                            |
-|---------------------|-----------------------|----------------------------|-------------------------------|
-| transition          | transition            | site/pct(device)/pct(chan) | pct(bootId):pct(transitionId) |
-| boot_observed       | boot_observed         | site/pct(device)           | pct(bootId)                   |
-| gap                 | gap                   | the channel's source       | gap:pct(boot):pct(a):pct(b)   |
-| wrap/reset/overrun  | anomaly               | the channel's source       | <kind>:pct(boot):pct(a):pct(b)|
-| identity_incomplete | identity_incomplete   | site/pct(gateway)          | store id:arrival id           |
-
-(a, b: first and last missing value for a gap or overrun; old and new value for a wrap or reset.
-The store id is the UUID made with the store file: arrival ids start again at 1 in a replaced
-store, so the arrival id alone could name two different records upstream.)
-
-The stored JSON texts (payload, evidence) are canonical JSON already, so
-they are spliced into the body as they are instead of parsed and re-dumped.
+The record's part of the event (`source`, `id`, `type`, time, extension attributes, `data`) is
+`agent.core.record_event`'s, unchanged; this module adds only the envelope of one delivery:
+`gateway`, `outboxid`, `attempt` and `replayed`, evidence that never touches the identity
+(`source`, `id`). The common transition has a fast path (`transition_row_encoder`: the event
+straight from its claimed row), held byte-identical to the general writer by the tests.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from agent.core import cloudevent_ids, contract
 from agent.core.basis import IdentityBasis
 from agent.core.cloudevent_ids import pct
-from agent.core.contract import Key, channel_of, device_of
-from agent.core.records import (
-    BootObserved,
-    ChannelAnomaly,
-    Entry,
-    IdentityIncomplete,
-    Transition,
-    TransitionRow,
-)
+from agent.core.contract import channel_of, device_of
+from agent.core.record_event import EVENT_JSON, NO_CHANNEL, RecordEvent, record_event
+from agent.core.records import Entry, Transition, TransitionRow
 
 SPECVERSION = "1.0"
 EVENT_CONTENT_TYPE = "application/cloudevents+json"
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
-NO_CHANNEL = "-"
 
 
 class EncodeError(ValueError):
@@ -79,18 +52,6 @@ class Event(NamedTuple):
         return cloudevent_ids.idempotency_key(self.ce_source, self.ce_id)
 
 
-@dataclass(frozen=True, slots=True)
-class _Parts:
-    source: str
-    id: str
-    type: str
-    device: str
-    channel: str
-    time: str | None
-    ext: dict[str, Any]
-    data_json: str
-
-
 def encode(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: str) -> Event:
     """The CloudEvent of one claimed outbox entry. Raises EncodeError when it has none.
 
@@ -105,29 +66,20 @@ def encode(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: s
 
 
 def encode_general(entry: Entry, *, site: str, gateway: str, replayed: bool, store_id: str) -> Event:
-    """`encode()` without the transition's fast path: every record through its parts and `_body`
-    (the same bytes; the reference the fast paths are tested against)."""
+    """`encode()` without the transition's fast path: every record through `record_event` and
+    `_body` (the same bytes; the reference the fast path is tested against)."""
     rec = entry.record
+    if rec is None:
+        raise EncodeError(f"outbox row {entry.outbox_id}: its {entry.kind} record {entry.ref_id} is gone")
     try:
-        if isinstance(rec, Transition):
-            parts = _transition(rec, site)
-        elif isinstance(rec, BootObserved):
-            parts = _boot(rec, site)
-        elif isinstance(rec, ChannelAnomaly):
-            parts = _anomaly(rec, site)
-        elif isinstance(rec, IdentityIncomplete):
-            parts = _incomplete(rec, site, gateway, store_id)
-        else:
-            raise EncodeError(f"outbox row {entry.outbox_id}: its {entry.kind} record {entry.ref_id} is gone")
+        ev = record_event(rec, site, gateway, store_id)
     except contract.ContractError as exc:
         raise EncodeError(f"outbox row {entry.outbox_id}: {exc}") from exc
-    body = _body(parts, gateway, outbox_ref(store_id, entry.outbox_id), entry.attempt, replayed).encode()
-    return Event(
-        entry.outbox_id, parts.source, parts.id, parts.type, entry.kind, parts.device, parts.channel, body
-    )
+    body = _body(ev, gateway, outbox_ref(store_id, entry.outbox_id), entry.attempt, replayed).encode()
+    return Event(entry.outbox_id, ev.source, ev.id, ev.type, entry.kind, ev.device, ev.channel, body)
 
 
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_JSON = EVENT_JSON
 _PLAIN = re.compile('[^"\\\\\x00-\x1f\ud800-\udfff]*')  # text JSON writes between quotes as it is
 
 
@@ -147,26 +99,20 @@ def outbox_ref(store_id: str, outbox_id: int) -> str:
     return f"{store_id}:{int(outbox_id)}"
 
 
-def _body(parts: _Parts, gateway: str, outbox: str, attempt: int, replayed: bool) -> str:
+def _body(ev: RecordEvent, gateway: str, outbox: str, attempt: int, replayed: bool) -> str:
     """The structured-mode event, written directly (the JSON encoder over a fresh dict per event
     was most of the cost of encoding; tests/oracles/encode_oracle.py writes it through the
     encoder, and the tests hold the two equal)."""
     q, qr = _q, _q_repeated
-    ext = "".join(f",{qr(k)}:{q(v) if type(v) is str else _JSON.encode(v)}" for k, v in parts.ext.items())
-    time = "" if parts.time is None else f',"time":{q(parts.time)}'
+    ext = "".join(f",{qr(k)}:{q(v) if type(v) is str else _JSON.encode(v)}" for k, v in ev.ext.items())
+    time = "" if ev.time is None else f',"time":{q(ev.time)}'
     return (
-        f'{{"specversion":"{SPECVERSION}","id":{q(parts.id)},"source":{qr(parts.source)},'
-        f'"type":{qr(parts.type)}{time},"datacontenttype":"application/json"{ext},'
+        f'{{"specversion":"{SPECVERSION}","id":{q(ev.id)},"source":{qr(ev.source)},'
+        f'"type":{qr(ev.type)}{time},"datacontenttype":"application/json"{ext},'
         f'"gateway":{qr(gateway)},"outboxid":{q(outbox)},"attempt":{int(attempt)},'
         f'"replayed":{"true" if replayed else "false"},'
-        f'"data":{parts.data_json}}}'
+        f'"data":{ev.data_json}}}'
     )
-
-
-@lru_cache(maxsize=4096)
-def _source_of(site: str, source: str) -> str:
-    # A gateway has a few hundred sources at most; percent-encoding each one per event cost ~30 % of encode().
-    return cloudevent_ids.ce_source(site, source)
 
 
 def _transition_fast(
@@ -199,19 +145,22 @@ def transition_row_encoder(
     bytes as `encode()` over the row's entry; None when the row is not in the common form (a value
     that needs JSON escaping, a site outside the contract), so the caller builds the entry and
     encodes it with `encode()`, which writes it or says why not. The row must be a transition
-    whose record is there (its `source` not None).
-
-    The parts that depend only on the source are kept per source (and this site and gateway)."""
-    heads: dict[str, tuple[str, str, str, str] | None] = {}
-    typ, kind = cloudevent_ids.TRANSITION_TYPE, "transition"
-    # The body's fixed text: before the id; from the id's end to the source; after the basis.
-    pre = f'{{"specversion":"{SPECVERSION}","id":"'
-    mid = ',"datacontenttype":"application/json","bootid":"'
+    whose record is there (its `source` not None)."""
     gw = f',"gateway":{_q(gateway)},"outboxid":{_q(store_id + ":")[:-1]}'  # the row's id follows
-    first = ('","attempt":1,"replayed":false,"data":', '","attempt":1,"replayed":true,"data":')
-    new, unreserved = _new, _UNRESERVED.fullmatch
+    return _row_writer(_source_heads(site), gw)
 
-    def head(source: str) -> tuple[str, str, str, str] | None:
+
+_Head = tuple[str, str, str, str]  # (CloudEvents source, device, channel, the body from the id's end)
+
+
+def _source_heads(site: str) -> tuple[dict[str, _Head | None], Callable[[str], _Head | None]]:
+    """(the parts kept, `head(source)`): the parts of a transition's event that depend only on its
+    source (and this site), made and kept by `head`; None for a source of no CloudEvents source (a
+    site outside the contract)."""
+    heads: dict[str, _Head | None] = {}
+    typ = cloudevent_ids.TRANSITION_TYPE
+
+    def head(source: str) -> _Head | None:
         try:
             ce_source = cloudevent_ids.ce_source(site, source)
         except contract.ContractError:
@@ -221,6 +170,21 @@ def transition_row_encoder(
         after_id = f'","source":{_q(ce_source)},"type":"{typ}"'
         got = heads[source] = (ce_source, device_of(source), channel_of(source) or NO_CHANNEL, after_id)
         return got
+
+    return heads, head
+
+
+def _row_writer(
+    kept: tuple[dict[str, _Head | None], Callable[[str], _Head | None]], gw: str
+) -> Callable[[TransitionRow, bool], Event | None]:
+    """The row encoder of `transition_row_encoder` over its sources' parts and the gateway's text."""
+    heads, head = kept
+    typ, kind = cloudevent_ids.TRANSITION_TYPE, "transition"
+    # The body's fixed text: before the id; from the id's end to the source; after the basis.
+    pre = f'{{"specversion":"{SPECVERSION}","id":"'
+    mid = ',"datacontenttype":"application/json","bootid":"'
+    first = ('","attempt":1,"replayed":false,"data":', '","attempt":1,"replayed":true,"data":')
+    new, unreserved = _new, _UNRESERVED.fullmatch
 
     def encode_row(r: TransitionRow, replayed: bool) -> Event | None:
         oid, _, attempts, _, source, tid, boot, ts, payload, arrival, basis = r
@@ -234,9 +198,8 @@ def transition_row_encoder(
             plain = f"{boot}{tid}{arrival}{basis}{ts}"
         else:
             return None
-        # Every string that goes between quotes unescaped (JSON escapes only `"`, `\\` and U+0000
-        # to U+001F, none of which is printable but the two tested); a concatenation is plain exactly
-        # when each part is (the checks are per character).
+        # Every string goes between quotes unescaped (JSON escapes only `"`, `\\` and U+0000 to
+        # U+001F, none printable but the two tested); a concatenation is plain when each part is.
         if not plain.isprintable() or '"' in plain or "\\" in plain:
             return None
         parts = heads.get(source)
@@ -290,90 +253,3 @@ def batch_body(events: list[Event]) -> bytes:
 def render_topic(template: str, site: str, event: Event) -> str:
     """The MQTT topic of an event; `{type}` is the record kind (e.g. `transition`)."""
     return template.format(site=site, device=pct(event.device), channel=pct(event.channel), type=event.kind)
-
-
-def _transition(r: Transition, site: str) -> _Parts:
-    key = Key(r.source, r.transition_id, r.boot_id)
-    return _Parts(
-        source=_source_of(site, r.source),
-        id=cloudevent_ids.ce_transition_id(key),
-        type=cloudevent_ids.TRANSITION_TYPE,
-        device=device_of(r.source),
-        channel=channel_of(r.source) or NO_CHANNEL,
-        time=r.source_ts,
-        ext=_with_basis(
-            {"bootid": r.boot_id, "transitionid": r.transition_id, "arrivalat": r.first_arrival}, r.basis
-        ),
-        data_json=r.payload_json,
-    )
-
-
-def _boot(r: BootObserved, site: str) -> _Parts:
-    data = {
-        "device": r.device,
-        "bootId": r.boot_id,
-        "previousBootId": r.previous_boot_id,
-        "firstArrival": r.first_arrival,
-        "sourceTimestamp": r.source_ts,
-        "live": r.live,
-    }
-    return _Parts(
-        source=cloudevent_ids.ce_device_source(site, r.device),
-        id=pct(r.boot_id),
-        type=cloudevent_ids.BOOT_OBSERVED_TYPE,
-        device=r.device,
-        channel=NO_CHANNEL,
-        time=r.source_ts,
-        ext={"bootid": r.boot_id, "arrivalat": r.first_arrival},
-        data_json=_with_evidence(data, r.evidence_json),
-    )
-
-
-def _anomaly(r: ChannelAnomaly, site: str) -> _Parts:
-    data = {"kind": r.kind, "from": r.from_value, "to": r.to_value, "detectedAt": r.detected_at}
-    return _Parts(
-        source=_source_of(site, r.source),
-        id=cloudevent_ids.ce_anomaly_id(r.kind, r.boot_id, r.from_value, r.to_value),
-        type=cloudevent_ids.GAP_TYPE if r.kind == "gap" else cloudevent_ids.ANOMALY_TYPE,
-        device=device_of(r.source),
-        channel=channel_of(r.source) or NO_CHANNEL,
-        time=r.detected_at,
-        ext={"bootid": r.boot_id},
-        data_json=_with_evidence(data, r.evidence_json),
-    )
-
-
-def _incomplete(r: IdentityIncomplete, site: str, gateway: str, store_id: str) -> _Parts:
-    if not store_id:
-        raise EncodeError(f"arrival {r.arrival_id}: the store has no store id, so its record has no id")
-    data = {
-        "source": r.source,
-        "transitionId": r.transition_id,
-        "bootId": r.boot_id,
-        "sourceTimestamp": r.source_ts,
-        "arrivalAt": r.arrival_at,
-        "receiver": r.receiver,
-        "raw": r.raw,
-    }
-    return _Parts(
-        source=cloudevent_ids.ce_device_source(site, gateway),
-        id=f"{store_id}:{r.arrival_id}",
-        type=cloudevent_ids.IDENTITY_INCOMPLETE_TYPE,
-        device=device_of(r.source) if r.source else NO_CHANNEL,
-        channel=(channel_of(r.source) if r.source else None) or NO_CHANNEL,
-        time=r.source_ts,
-        ext=_with_basis({"arrivalat": r.arrival_at}, r.basis),
-        data_json=_JSON.encode(data),
-    )
-
-
-def _with_basis(ext: dict[str, Any], basis: str) -> dict[str, Any]:
-    """The identity basis (`counter`, `event_id`, `window`) as the extension `identitybasis`; for a
-    window key, `identitybasis: window` is the `window_key` flag upstream (contract section 8)."""
-    ext["identitybasis"] = basis
-    return ext
-
-
-def _with_evidence(data: dict[str, Any], evidence_json: str) -> str:
-    text = _JSON.encode(data)
-    return f'{text[:-1]},"evidence":{evidence_json or "{}"}}}'

@@ -32,7 +32,6 @@ from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityInco
 from agent.core.retry import retry_delay_s
 from agent.core.send_outcome import DELIVERED, SendOutcome, rejected
 from agent.core.timestamps import format_timestamp
-from agent.sinks.encode import EncodeError, encode_general
 from agent.sparkplug import mapping
 from agent.sparkplug.host import HostState, rebirth_requested
 from agent.sparkplug.live import SparkplugState, device_birth_metrics
@@ -248,7 +247,7 @@ class SparkplugForwarder:
                 entry = claimed.entry(row)
                 try:
                     seq = await self._publish_row(session, entry)
-                except (EncodeError, ValueError) as exc:
+                except ValueError as exc:  # no event (a ContractError among them): a dead letter
                     refused.append((entry.outbox_id, rejected(str(exc))))
                     continue
                 sent.append(entry.outbox_id)
@@ -277,16 +276,18 @@ class SparkplugForwarder:
 
     async def _publish_row(self, session: Session, entry: Entry) -> int:
         """Publish one row's DDATA (NDATA for a record of no device); its seq."""
-        ce = None
-        if entry.kind != "transition":
-            ce = encode_general(
-                entry, site=self.site, gateway=self.gateway, replayed=False, store_id=self.store_id
-            ).body
         device = _device_of(entry)
         if device is not None and (device not in self._birthed or device in self._dead):
             await self._device_birth(session, device, dict(self.devices).get(device, ()))
         declared = self._birthed.get(device, frozenset()) if device is not None else frozenset()
-        rm = mapping.row_metrics(entry, site=self.site, historical=False, declared=declared, cloudevent=ce)
+        rm = mapping.row_metrics(
+            entry,
+            site=self.site,
+            historical=False,
+            declared=declared,
+            gateway=self.gateway,
+            store_id=self.store_id,
+        )
         key = (rm.device, rm.metrics[-1].name)
         historical = entry.outbox_id <= self._mark or rm.event_ms <= self._last_ms.get(key, -1)
         self._last_ms[key] = max(rm.event_ms, self._last_ms.get(key, -1))

@@ -14,9 +14,10 @@ itself has (first arrival, detection) and says so with the property `sourceTimes
 | wrap/reset/overrun  | `Events/Anomaly`                                               |
 | identity_incomplete | `Events/IdentityIncomplete` (`bootId` property `is_null` if unknown) |
 
-An event metric's value is the record as canonical JSON (RFC 8785): the CloudEvent of the
-contract without the fields of one delivery (`attempt`, `replayed`, `gateway`, `arrivalat`,
-`specversion`, `datacontenttype`). Its PropertySet: `canonicalId` (the CloudEvent `id`),
+An event metric's value is the record's canonical text (RFC 8785), as `agent.core.record_event`
+writes it for every upstream: the CloudEvent of the contract without the fields of one delivery
+(`attempt`, `replayed`, `gateway`, `outboxid`, `arrivalat`, `specversion`, `datacontenttype`).
+Its PropertySet: `canonicalId` (the CloudEvent `id`),
 `source` (the CloudEvent `source`), `transitionId`, `bootId`, `identityBasis` (each String or
 `is_null`) and `windowKey` (Boolean, only on a window key).
 """
@@ -30,12 +31,10 @@ from datetime import datetime
 
 import orjson
 
-from agent.core import cloudevent_ids as ids
-from agent.core import contract
 from agent.core.basis import IdentityBasis
 from agent.core.cloudevent_ids import pct
 from agent.core.contract import channel_of, device_of
-from agent.core.jcs import canonical_json
+from agent.core.record_event import record_event, record_text, transition_event
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Transition
 from agent.sparkplug.payload import DataType, Metric, Property
 
@@ -51,16 +50,6 @@ EV_ANOMALY = "Events/Anomaly"
 EV_INCOMPLETE = "Events/IdentityIncomplete"
 EVENT_METRICS = (EV_TRANSITION, EV_BOOT, EV_GAP, EV_ANOMALY, EV_INCOMPLETE)
 STATE_SUFFIX = "/State"
-
-_DELIVERY_FIELDS = (
-    "attempt",
-    "replayed",
-    "gateway",
-    "outboxid",
-    "arrivalat",
-    "specversion",
-    "datacontenttype",
-)
 
 
 def to_ms(text: str) -> int:
@@ -141,65 +130,23 @@ def _props(
     return out
 
 
-def record_json(cloudevent_body: bytes) -> str:
-    """The canonical JSON of a record from its CloudEvent (the fields of one delivery removed)."""
-    ev = json.loads(cloudevent_body)
-    for k in _DELIVERY_FIELDS:
-        ev.pop(k, None)
-    return canonical_json(ev)
-
-
-def transition_json(t: Transition, site: str) -> tuple[str, str, str]:
-    """(CloudEvent id, source, the record's canonical JSON) of a transition; the stored
-    payload is canonical JSON already and is spliced in as it is."""
-    from agent.core.jcs import json_string as q
-
-    ce_id = ids.ce_transition_id(contract.Key(t.source, t.transition_id, t.boot_id))
-    ce_source = ids.ce_source(site, t.source)
-    time = "" if t.source_ts is None else f',"time":{q(t.source_ts)}'
-    text = (
-        f'{{"bootid":{q(t.boot_id)},"data":{t.payload_json},"id":{q(ce_id)},'
-        f'"identitybasis":{q(t.basis)},"source":{q(ce_source)}{time},'
-        f'"transitionid":{q(t.transition_id)},"type":"{ids.TRANSITION_TYPE}"}}'
-    )
-    return ce_id, ce_source, text
-
-
 def row_metrics(
-    entry: Entry,
-    *,
-    site: str,
-    historical: bool,
-    declared: frozenset[str],
-    cloudevent: bytes | None,
+    entry: Entry, *, site: str, historical: bool, declared: frozenset[str], gateway: str, store_id: str
 ) -> RowMetrics:
     """The metrics of one claimed outbox row. `declared`: the `<channel>/State` metric names
-    its device's birth declared (a state of another channel goes only as the event);
-    `cloudevent`: the row's CloudEvent body (for the records that are not transitions)."""
+    its device's birth declared (a state of another channel goes only as the event); `gateway`
+    and `store_id` name an identity-incomplete record (its source and id). Raises ValueError
+    (a ContractError among them) for a row with no record to send."""
     rec = entry.record
-    s = DataType.STRING
     if isinstance(rec, Transition):
-        ce_id, ce_source, text = transition_json(rec, site)
-        at = rec.source_ts or rec.first_arrival
-        ms = to_ms(at)
-        props = _props(ce_id, ce_source, rec.transition_id, rec.boot_id, rec.basis, rec.source_ts)
-        metrics = []
-        channel = channel_of(rec.source)
-        state_name = f"{channel}{STATE_SUFFIX}"
-        if channel is not None and state_name in declared:
-            label = state_label(rec.payload_json)
-            if label is not None:
-                metrics.append(Metric(state_name, s, label, ms, historical, with_type=False))
-        metrics.append(Metric(EV_TRANSITION, s, text, ms, historical, props, with_type=False))
-        return RowMetrics(entry.outbox_id, device_of(rec.source), metrics, ms)
-    if cloudevent is None:
-        raise ValueError(f"outbox row {entry.outbox_id}: no record to send")
-    ev = json.loads(cloudevent)
-    ce_id, ce_source = str(ev["id"]), str(ev["source"])
-    text = record_json(cloudevent)
+        return _transition_metrics(entry.outbox_id, rec, site, historical, declared)
+    if rec is None:
+        raise ValueError(f"outbox row {entry.outbox_id}: its {entry.kind} record is gone")
+    ev = record_event(rec, site, gateway, store_id)
+    text, s = record_text(ev), DataType.STRING
     if isinstance(rec, BootObserved):
         ms = to_ms(rec.source_ts or rec.first_arrival)
-        props = _props(ce_id, ce_source, None, rec.boot_id, None, rec.source_ts)
+        props = _props(ev.id, ev.source, None, rec.boot_id, None, rec.source_ts)
         metrics = [
             Metric(EV_BOOT, s, text, ms, historical, props, with_type=False),
             Metric(BOOT_ID, s, rec.boot_id, ms, historical, with_type=False),
@@ -208,20 +155,35 @@ def row_metrics(
     if isinstance(rec, ChannelAnomaly):
         ms = to_ms(rec.detected_at)
         name = EV_GAP if rec.kind == "gap" else EV_ANOMALY
-        props = _props(ce_id, ce_source, None, rec.boot_id, None, rec.detected_at)
-        return RowMetrics(
-            entry.outbox_id,
-            device_of(rec.source),
-            [Metric(name, s, text, ms, historical, props, with_type=False)],
-            ms,
-        )
-    if isinstance(rec, IdentityIncomplete):
-        ms = to_ms(rec.source_ts or rec.arrival_at)
-        props = _props(ce_id, ce_source, rec.transition_id, rec.boot_id, rec.basis, rec.source_ts)
-        device = device_of(rec.source) if rec.source else None
-        metric = Metric(EV_INCOMPLETE, s, text, ms, historical, props, with_type=False)
-        return RowMetrics(entry.outbox_id, device, [metric], ms)
-    raise ValueError(f"outbox row {entry.outbox_id}: its {entry.kind} record is gone")
+        props = _props(ev.id, ev.source, None, rec.boot_id, None, rec.detected_at)
+        metric = Metric(name, s, text, ms, historical, props, with_type=False)
+        return RowMetrics(entry.outbox_id, device_of(rec.source), [metric], ms)
+    if not isinstance(rec, IdentityIncomplete):
+        raise ValueError(f"outbox row {entry.outbox_id}: a {entry.kind} record has no metric")
+    ms = to_ms(rec.source_ts or rec.arrival_at)
+    props = _props(ev.id, ev.source, rec.transition_id, rec.boot_id, rec.basis, rec.source_ts)
+    device = device_of(rec.source) if rec.source else None
+    metric = Metric(EV_INCOMPLETE, s, text, ms, historical, props, with_type=False)
+    return RowMetrics(entry.outbox_id, device, [metric], ms)
+
+
+def _transition_metrics(
+    outbox_id: int, rec: Transition, site: str, historical: bool, declared: frozenset[str]
+) -> RowMetrics:
+    """A transition's event metric, after its channel's `/State` where its device's birth declared it."""
+    s = DataType.STRING
+    ev = transition_event(rec, site)
+    ms = to_ms(rec.source_ts or rec.first_arrival)
+    props = _props(ev.id, ev.source, rec.transition_id, rec.boot_id, rec.basis, rec.source_ts)
+    metrics = []
+    channel = channel_of(rec.source)
+    state_name = f"{channel}{STATE_SUFFIX}"
+    if channel is not None and state_name in declared:
+        label = state_label(rec.payload_json)
+        if label is not None:
+            metrics.append(Metric(state_name, s, label, ms, historical, with_type=False))
+    metrics.append(Metric(EV_TRANSITION, s, record_text(ev), ms, historical, props, with_type=False))
+    return RowMetrics(outbox_id, device_of(rec.source), metrics, ms)
 
 
 def state_label(payload_json: str) -> str | None:

@@ -1,39 +1,17 @@
 """Outbox queries: claim pending rows in order, settle them, count them, requeue them.
 
-Every row is (upstream, kind, ref_id) with a state: `pending` (still to go),
-`sent` (acknowledged by the broker of an upstream that sends receipts, awaiting the receipt that
-says the ledger committed it), `delivered` (acknowledged upstream: for a receipts upstream, its
-receipt came) or `rejected` (dead letter: refused by the upstream, never retried automatically).
-`attempts` counts delivery attempts of that row for that upstream.
+A row is (upstream, kind, ref_id) with a state (`pending`, `sent`, `delivered`, `rejected`) and
+its `attempts`; the states, the receipts (`confirm`, `requeue_sent`) and the crash safety step by
+step are in docs/architecture.md ("The outbox"). The rules this module keeps:
 
-Receipts (`confirm`, `requeue_sent`): a receipt turns the rows it names `delivered` whether they
-are `sent` or still `pending` (a receipt may come before the broker's PUBACK is settled, and a row
-queued again whose earlier attempt the ledger committed needs no other attempt). A `sent` row
-without a receipt goes back to `pending` (`requeue_sent`): when its receipt is overdue, when the
-sink came back on a new connection, and at the start of the service; it is then sent again, same
-id, next attempt. The ledger makes a resend one more arrival, never a second event.
-
-Crash safety, step by step (one forwarder per upstream and store):
-1. `claim()` reads the first pending rows (insertion order; after a given id) joined with their
-   records and commits `attempts + 1` for them *before* anything is sent
-   (`settle_and_claim_prepared()` commits one batch's outcomes and the next rows' attempts
-   together, hands the next rows to the caller's encoder while that transaction is written,
-   and returns only once it is committed). A
-   crash afterwards resends them with the next attempt number, same ids.
-2. The sink publishes and waits for acknowledgements.
-3. `settle()` commits delivered / rejected / retry for the whole batch in one
-   transaction. A crash between 2 and 3 is the "at least once" case: the
-   upstream sees the event again with `attempt` + 1 and the same (source, id).
-
-Nothing here holds more than one batch in memory: the queue head is found
-through the `outbox_pending(upstream, state, outbox_id)` index, so a backlog
-of millions costs the same per batch as a backlog of ten (`agent.store.outbox_head`
-reads it and builds the entries; `agent.store.outbox_counts` counts per upstream).
-
-Every read and write goes through the store's lock: a transaction belongs to
-the connection, so an unlocked read could see a half-written `record()` batch
-(and publish an event that is then rolled back). `upstream_counts()`
-(`agent.store.outbox_counts`) also serves the reader's own connection. Nothing here imports a sink.
+* a claim commits `attempts + 1` *before* anything is sent (`settle_and_claim_prepared()`: with
+  the last batch's outcomes, in one transaction): a crash resends with the next attempt, same ids;
+* nothing holds more than one batch in memory: the queue head is found through the
+  `outbox_pending(upstream, state, outbox_id)` index, so a backlog of millions costs the same per
+  batch as one of ten (`agent.store.outbox_head` reads it; `agent.store.outbox_counts` counts);
+* every read and write goes through the store's lock: a transaction belongs to the connection,
+  so an unlocked read could see a half-written `record()` batch (and publish an event that is
+  then rolled back). Nothing here imports a sink.
 """
 
 from __future__ import annotations
@@ -173,55 +151,19 @@ class Outbox:
     ) -> tuple[Claimed, T | None]:
         """`settle(results, now)` and then `claim(upstream, limit, after=after)` in one transaction
         (one commit instead of two per batch: on an error neither is committed), and
-        `await prepare(entries)` on the next rows while the outcomes and
-        their attempts are being written and committed (on the store's thread): the next rows are
-        read first in the transaction, handed to `prepare`, and returned with its result once the
-        transaction is committed. Nothing may be sent before this returns (the attempts are
-        committed only then); when the transaction fails, the error is raised and what `prepare`
-        made must be thrown away. `prepare` should yield now and then (`await asyncio.sleep(0)`),
-        so the store's thread gets the interpreter lock between its statements.
-
-        The whole transaction is one trip to the store's thread (BEGIN, the head query, the
-        outcomes, the attempts, COMMIT), so no statement waits for a turn of the loop to be queued:
-        the rows read are handed to the loop once the outcomes' UPDATE has begun (it then runs
-        beside `prepare`, without the interpreter lock), and the attempts and the COMMIT follow it
-        on the thread."""
+        `await prepare(entries)` on the next rows while the outcomes and their attempts are being
+        written and committed on the store's thread (`_settle_and_claim`): the rows are returned
+        with its result once the transaction is committed. Nothing may be sent before this returns
+        (the attempts are committed only then); when the transaction fails, the error is raised and
+        what `prepare` made must be thrown away. `prepare` should yield now and then
+        (`await asyncio.sleep(0)`), so the store's thread gets the interpreter lock between its
+        statements."""
         store = self.store
         loop = asyncio.get_running_loop()
         read: asyncio.Future[Claimed] = loop.create_future()
         plan = _plan(results, receipts)
-
-        def hand(rows: list[Any], records: dict[str, dict[int, Any]]) -> None:  # on the loop
-            if not read.done():
-                read.set_result(Claimed(rows, records))
-
         reserved_from = self.reserved_from.get(upstream, NONE_RESERVED)  # held under the lock below
-
-        def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
-            rows, records = read_head_on(conn, upstream, limit, after)
-            rows = as_handed(rows, reserved_from)
-            # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
-            # once the statement runs, which it does without the interpreter lock): handed before
-            # it, the thread would wait for the lock while the loop works on the rows.
-            handed: list[bool] = []
-
-            def handover(_: str) -> None:
-                if not handed:
-                    handed.append(True)
-                    loop.call_soon_threadsafe(hand, rows, records)
-
-            conn.set_trace_callback(handover)
-            try:
-                _settle_on(conn, plan, now)
-            finally:
-                conn.set_trace_callback(None)
-                handover("")  # no statement ran (nothing to settle): hand the rows over now
-            if rows:
-                # The rows read are every pending row of `upstream` from the first to the last of
-                # them: this transaction holds the write lock since before the read, and the
-                # settle above changes only rows up to `after`.
-                conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0], reserved_from))
-
+        cycle = _settle_and_claim(loop, read, plan, now, (upstream, limit, after, reserved_from))
         async with store.lock:
             task = asyncio.ensure_future(store.transact(cycle))
             prepared: T | None = None
@@ -321,6 +263,53 @@ class _Plan(NamedTuple):
     refused: list[tuple[str, int]]  # (error, outbox id)
     retried: list[tuple[str, int]]
     receipts: bool = False  # acknowledged rows become `sent` (a receipt makes them `delivered`)
+
+
+def _settle_and_claim(
+    loop: asyncio.AbstractEventLoop,
+    read: asyncio.Future[Claimed],
+    plan: _Plan,
+    now: str,
+    head: tuple[str, int, int, int],
+) -> Callable[[sqlite3.Connection], None]:
+    """The transaction of `Outbox.settle_and_claim_prepared` for the store's thread, `head` being
+    (upstream, limit, after, the first reserved id). One trip to that thread (BEGIN, the head
+    query, the outcomes, the attempts, COMMIT), so no statement waits for a turn of the loop to be
+    queued: the rows read are handed to the loop (`read`) once the outcomes' UPDATE has begun (it
+    then runs beside the caller's `prepare`, without the interpreter lock), and the attempts and
+    the COMMIT follow it on the thread."""
+    upstream, limit, after, reserved_from = head
+
+    def hand(rows: list[Any], records: dict[str, dict[int, Any]]) -> None:  # on the loop
+        if not read.done():
+            read.set_result(Claimed(rows, records))
+
+    def cycle(conn: sqlite3.Connection) -> None:  # on the store's thread, inside the transaction
+        rows, records = read_head_on(conn, upstream, limit, after)
+        rows = as_handed(rows, reserved_from)
+        # Handed to the loop from inside the outcomes' UPDATE (SQLite's trace callback, called
+        # once the statement runs, which it does without the interpreter lock): handed before
+        # it, the thread would wait for the lock while the loop works on the rows.
+        handed: list[bool] = []
+
+        def handover(_: str) -> None:
+            if not handed:
+                handed.append(True)
+                loop.call_soon_threadsafe(hand, rows, records)
+
+        conn.set_trace_callback(handover)
+        try:
+            _settle_on(conn, plan, now)
+        finally:
+            conn.set_trace_callback(None)
+            handover("")  # no statement ran (nothing to settle): hand the rows over now
+        if rows:
+            # The rows read are every pending row of `upstream` from the first to the last of
+            # them: this transaction holds the write lock since before the read, and the
+            # settle above changes only rows up to `after`.
+            conn.execute(_ATTEMPTS_RANGE, (upstream, rows[0][0], rows[-1][0], reserved_from))
+
+    return cycle
 
 
 def _plan(results: Results, receipts: bool = False) -> _Plan:

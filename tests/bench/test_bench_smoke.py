@@ -415,3 +415,19 @@ def test_gateway_scale_smoke_runs_the_agent_as_a_process_on_both_sides() -> None
         "startup_lt_10s",
         "stop_within_budget",
     }
+
+
+def test_walk_shows_one_writer_of_a_record_s_event_for_every_upstream() -> None:
+    """bench/walk.py: a boot's event is written by core/record_event.py for every upstream, and
+    the Sparkplug walks never enter sinks/ (no CloudEvent encoded and parsed back, issue 37)."""
+    got = run_bench("walk.py")
+    assert got["bench"] == "walk"
+    for upstream in ("mqtt", "http", "sparkplug"):
+        for record in ("transition", "boot"):
+            walk = got[upstream][record]
+            assert walk["modules"] == len(walk["walk"]) and walk["climbs"] == len(walk["climbs_back"])
+            assert walk["climbs"] <= walk["returns"]
+        assert "core/record_event.py" in got[upstream]["boot"]["walk"]
+    for record in ("transition", "boot"):
+        assert not [m for m in got["sparkplug"][record]["walk"] if m.startswith("sinks/")]
+        assert "core/record_event.py" in got["sparkplug"][record]["walk"]

@@ -115,3 +115,15 @@ def test_docs_architecture_lists_every_contract() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text()
     missing = [c["name"] for c in contracts if c["name"] not in page]
     assert not missing, f"docs/architecture.md does not name these contracts: {missing}"
+
+
+def test_docs_architecture_diagram_and_rooms_table_show_every_room() -> None:
+    """Every package folder of agent/ (a room) is in the diagram and has its row in the rooms
+    table of docs/architecture.md (issue 37: the diagram had left out sparkplug/)."""
+    rooms = sorted(p.parent.name for p in (ROOT / "agent").glob("*/__init__.py"))
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    diagram = page.split("```")[1]
+    absent = [r for r in rooms if f" {r}/ " not in diagram]
+    assert not absent, f"rooms not in the diagram: {absent}"
+    missing = [r for r in rooms if f"\n| `{r}/` |" not in page]
+    assert not missing, f"rooms without a row in the rooms table: {missing}"

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.core.contract import ContractError
+from agent.core.record_event import RecordEvent, transition_event
 from agent.core.records import BootObserved, ChannelAnomaly, Entry, IdentityIncomplete, Record, Transition
 from agent.sinks import encode as encode_module
 from agent.sinks.encode import EncodeError, Event, batch_body, encode, render_topic
@@ -306,17 +307,17 @@ def test_the_direct_body_is_exactly_what_the_json_encoder_writes(
     attempt: int,
     replayed: bool,
 ) -> None:
-    parts = encode_module._Parts(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')
-    direct = encode_module._body(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
-    assert direct == body_general(parts, gateway, f"{STORE_ID}:7", attempt, replayed)
+    ev = RecordEvent(source, ident, kind, "dev", "chan", time, dict(ext), '{"a":1}')  # type: ignore[arg-type]
+    direct = encode_module._body(ev, gateway, f"{STORE_ID}:7", attempt, replayed)
+    assert direct == body_general(ev, gateway, f"{STORE_ID}:7", attempt, replayed)
 
 
 def _general(e: Entry, site: str, gateway: str, replayed: bool) -> Event:
     rec = e.record
     assert isinstance(rec, Transition)
-    parts = encode_module._transition(rec, site)
-    body = encode_module._body(parts, gateway, f"{STORE_ID}:{e.outbox_id}", e.attempt, replayed).encode()
-    return Event(e.outbox_id, parts.source, parts.id, parts.type, e.kind, parts.device, parts.channel, body)
+    ev = transition_event(rec, site)
+    body = encode_module._body(ev, gateway, f"{STORE_ID}:{e.outbox_id}", e.attempt, replayed).encode()
+    return Event(e.outbox_id, ev.source, ev.id, ev.type, e.kind, ev.device, ev.channel, body)
 
 
 @given(
