@@ -5,16 +5,19 @@ multiples: their requests queue behind each other at the controllers' and the st
 that lands after the next tick loses it. Spread one by one over the interval (a phase per
 connection) they cost one event-loop wake-up each per tick (a timer, an ``epoll_wait``, a
 callback): measured here at 200 connections x 10 Hz, a bare pymodbus loop spent 141 us of CPU per
-poll spread against 74 aligned (issue 35). So the phases are quantized into ``SLOTS`` slots per
-interval: the connections of a slot fall due at the same instant and the event loop starts them
-in one pass (102 us per poll for the same bare loop at 10 slots), while the slots still spread
-the load over the interval. Each poll stays its own task's await with its own timeout: a slow or
-dead connection never holds back the others of its slot.
+poll spread against 74 aligned (issue 35). So the phases are quantized into slots of about
+``SLOT_S`` (10 ms: 10 slots at 10 Hz, 100 at 1 Hz): the connections of a slot fall due at the same
+instant and the event loop starts them in one pass (102 us per poll for the same bare loop at 10
+slots), while the slots still spread the load over the interval. Every interval's slots lie on
+the same 10 ms grid, so the process wakes at most about 100 times a second for its ticks, and
+slow connections do not pile onto few phases (1,000 PLCs at 1 Hz on 10 slots would start 100
+requests at once). Each poll stays its own task's await with its own timeout: a slow or dead
+connection never holds back the others of its slot.
 
-:class:`SlotBook` deals the connections of one interval evenly onto the slots (the counts of any
-two slots differ by at most one, so at most ``connections / slots + 1`` requests start at once),
-in the order they start: the same configuration gets the same slots on every start. A
-connection gives its slot back when its loop ends (a device removed or restarted by a reload).
+:class:`SlotBook` deals the connections of one interval evenly onto its slots (the counts of any
+two slots differ by at most one, so at most ``connections / slots + 1`` requests of the interval
+start at once), in the order they start: the same configuration gets the same slots on every
+start. A connection gives its slot back when its device stops (removed, or restarted by a reload).
 """
 
 from __future__ import annotations
@@ -25,7 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-SLOTS = 10  # slots per poll interval (issue 35: measured 10 and 20 alike, both well under spread)
+SLOT_S = 0.01  # a slot's width (issue 35 measured 10 and 20 slots at 10 Hz alike, both well under spread)
+MAX_SLOTS = 1000  # an interval over 10 s gets slots wider than SLOT_S
+
+
+def slots_of(period: float, slot_s: float = SLOT_S) -> int:
+    """How many slots an interval of `period` seconds has: about one per `slot_s`, at least one."""
+    return max(1, min(MAX_SLOTS, round(period / slot_s)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,21 +47,21 @@ class Slot:
 class SlotBook:
     """The slots taken per poll interval. One per process (:data:`BOOK`); tests make their own."""
 
-    def __init__(self, slots: int = SLOTS) -> None:
-        if slots < 1:
-            raise ValueError("slots must be at least 1")
-        self.slots = slots
+    def __init__(self, slot_s: float = SLOT_S) -> None:
+        if slot_s <= 0:
+            raise ValueError("a slot must be longer than 0")
+        self.slot_s = slot_s
         self._counts: dict[float, list[int]] = {}
 
     def take(self, period: float, key: str) -> Slot:
         """A least-filled slot of `period`: among those, the first at or after the one the hash of
         `key` names (so that equal start orders give equal slots, and keys spread when few)."""
-        counts = self._counts.setdefault(period, [0] * self.slots)
-        least = min(counts)
-        first = zlib.crc32(key.encode("utf-8")) % self.slots
-        index = next(i for i in _from(first, self.slots) if counts[i] == least)
+        counts = self._counts.setdefault(period, [0] * slots_of(period, self.slot_s))
+        least, n = min(counts), len(counts)
+        first = zlib.crc32(key.encode("utf-8")) % n
+        index = next(i for i in _from(first, n) if counts[i] == least)
         counts[index] += 1
-        return Slot(period, index, index * period / self.slots)
+        return Slot(period, index, index * period / n)
 
     def give_back(self, slot: Slot) -> None:
         counts = self._counts.get(slot.period)
@@ -60,7 +69,7 @@ class SlotBook:
             counts[slot.index] -= 1
 
     def counts(self, period: float) -> list[int]:
-        return list(self._counts.get(period, [0] * self.slots))
+        return list(self._counts.get(period, [0] * slots_of(period, self.slot_s)))
 
 
 def _from(first: int, n: int) -> Iterable[int]:
