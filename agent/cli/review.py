@@ -59,6 +59,15 @@ def _last_mark(rec: dict[str, Any]) -> str | None:
     return f"{m['marked_at']}{by}: {m['note']}"
 
 
+def _reviewed_lines(rec: dict[str, Any]) -> list[str]:
+    mark = _last_mark(rec)
+    return render.wrapped("reviewed", mark) if mark else ["  not reviewed yet"]
+
+
+def _more_lines(total: int, shown: int) -> list[str]:
+    return [f"\n... {total - shown} more (use --limit 0, --json or --csv)"] if total > shown else []
+
+
 async def _stream_out(
     reader: Reader,
     rows: Rows,
@@ -193,11 +202,8 @@ def conflict_lines(found: list[dict[str, Any]], total: int) -> list[str]:
             ["payload", payload_a, payload_b],
         ]
         out += ["  " + line for line in render.table(["", "canonical (kept)", "conflicting"], rows, 64)]
-        mark = _last_mark(c)
-        out += render.wrapped("reviewed", mark) if mark else ["  not reviewed yet"]
-    if total > len(found):
-        out.append(f"\n... {total - len(found)} more (use --limit 0, --json or --csv)")
-    return out
+        out += _reviewed_lines(c)
+    return out + _more_lines(total, len(found))
 
 
 @review_cmd.command("conflicts", short_help="Conflicts: both payloads side by side.")
@@ -269,11 +275,8 @@ def pending_lines(found: list[dict[str, Any]], total: int) -> list[str]:
         )
         out += render.wrapped("why", p["reason"] or "-")
         out += render.wrapped("raw", p["raw"])
-        mark = _last_mark(p)
-        out += render.wrapped("reviewed", mark) if mark else ["  not reviewed yet"]
-    if total > len(found):
-        out.append(f"\n... {total - len(found)} more (use --limit 0, --json or --csv)")
-    return out
+        out += _reviewed_lines(p)
+    return out + _more_lines(total, len(found))
 
 
 @review_cmd.command("pending", short_help="Identity-incomplete arrivals, raw evidence.")

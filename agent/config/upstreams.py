@@ -1,36 +1,12 @@
 """Typed settings of one upstream (one entry of the config's `upstreams:` list).
 
-No YAML and no secrets here: the loader builds these, the sinks read them.
-Plain frozen dataclasses with defaults, built by the YAML loader (`agent.config.loader`)
-and by tests. They hold no secrets: passwords and tokens are read from files
-(e.g. systemd credentials under `$CREDENTIALS_DIRECTORY`) when a sink connects,
-never from the YAML itself. `problems()` lists what is wrong as
-`field: message` texts (empty when fine) so that the loader can collect every
-error with its file and line before the first delivery.
+Plain frozen dataclasses with defaults, built by the YAML loader (`agent.config.loader`) and by
+tests; the sinks read them. No YAML and no secrets here: passwords and tokens are read from
+files (e.g. systemd credentials under `$CREDENTIALS_DIRECTORY`) when a sink connects, never
+from the YAML. `problems()` lists what is wrong as `field: message` texts (empty when fine), so
+that the loader can collect every error with its file and line before the first delivery.
 
-```yaml
-upstreams:
-  - name: central
-    backfill: none                   # none | all
-    mqtt:
-      url: "mqtts://broker.plant.local:8883"
-      topic: "{site}/events/{device}/{channel}"
-      qos: 1
-      protocol: "3.1.1"              # or "5" (PUBACK reason codes >= 0x80 are rejections)
-      ca_file: /etc/edge-agent/ca.crt
-      username: gw-line3
-      password_file: "${CREDENTIALS_DIRECTORY}/mqtt-password"   # expanded: agent.config.paths
-  - name: historian
-    http:
-      url: "https://historian.plant.local/ingest"
-      token_file: "${CREDENTIALS_DIRECTORY}/historian-token"
-      batch_size: 500
-```
-
-Topic placeholders: `{site}`, `{device}`, `{channel}` (percent-encoded like
-the CloudEvents source, so `+`, `#` and `/` never reach a topic level; `-` for
-records with no channel, such as BootObserved) and `{type}` (the record kind:
-`transition`, `boot_observed`, `gap`, `anomaly`, `identity_incomplete`).
+The keys, an example and the topic placeholders: docs/configuration.md ("upstreams").
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """The batch decision and boot generations as pure functions (no SQLite, no I/O here).
 
-The store does the arbitration in SQL (`INSERT ... ON CONFLICT DO NOTHING`
-under the unique key, inside `BEGIN IMMEDIATE`), then reads back, for every
-key of the batch, the canonical row that now holds it. From that read-back
-these functions decide each delivery, in batch order:
+The store arbitrates in SQL (`INSERT ... ON CONFLICT DO NOTHING` under the unique key, inside
+`BEGIN IMMEDIATE`), then reads back, for every key of the batch, the canonical row that now
+holds it. From that read-back these functions decide each delivery, in batch order: the first
+delivery of a key whose canonical row this batch created is `inserted`; any other is
+`duplicate` when its payload_hash equals the canonical's, else `conflict`.
 
-* the first delivery of a key whose canonical row was created by this batch
-  (canonical_id above the highest id before the batch) is `inserted`;
-* any other delivery of a key is `duplicate` when its payload_hash equals the
-  canonical's own hash, else `conflict` (a repeat of the conflicting content
-  is another conflict; a repeat of the canonical content a duplicate).
-
-Retention (agent/core/retention.py) adds two cases. A key whose payload was
-pruned is still known from its compact key record: a re-delivery is decided
-against the record's hash as above and flagged `payload_pruned`. A key
-forgotten at the key horizon is not known any more; a new key that may be one
-of them (its (source, bootId) had keys forgotten and its sourceTimestamp is
-missing or not after the latest forgotten arrival) is `inserted` with the flag
-`key_horizon_passed`, so that it is not silently accepted as new.
-
-The ledger's identity horizon (`beyond_horizon`, `horizon_cutoff`): a key with no identity whose
-event time (source time, else the gateway's arrival time) is older than the horizon is
-`beyond_horizon`, every delivery of it in the batch: no canonical, the ledger does not guess.
-
-A delivery whose transitionId is a window key (`agent.core.window`) carries the flag
-`window_key` on its outcome, whatever the decision (contract section 8).
+Retention adds `payload_pruned` (decided against the compact key record) and
+`key_horizon_passed` (a new key that may be a forgotten one); the ledger's identity horizon
+adds `beyond_horizon` (a key with no identity older than the horizon: no canonical); a window
+key carries the flag `window_key`. Each case in full: docs/architecture.md, "The decision of a
+batch".
 """
 
 from __future__ import annotations

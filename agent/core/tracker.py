@@ -3,47 +3,23 @@
 Holds :class:`DeviceTracker`, the change detection of one device over one connection. It must
 not do I/O, read a clock or use asyncio; the read types live in :mod:`agent.core.snapshot`, a
 boot sighting's evidence in :mod:`agent.core.boot_evidence`, counter steps and gaps in
-:mod:`agent.core.gaps`.
+:mod:`agent.core.gaps`. Each rule's reasons: docs/architecture.md, "The transition tracker".
 
-* **Change, not repetition.** A channel is delivered when its (bootId, transitionId) changes.
-  A counter of 0 means "no transition yet in this boot" and is never delivered (also not from
-  the ring: after a 16-bit wrap the transition that lands on 0 is said by the ``wrap``
-  anomaly, not stored under an id that means "none").
-* **Resumed, never fresh.** A tracker starts from a :class:`Resume` (what the store recorded:
-  the device's last boot seen live, the last transitionId per channel in that boot, the ring
-  head), so the first read after the agent restarts is judged as if it had never been away:
-  a counter that moved on gives a gap, a new boot gives a sighting whose evidence names the
-  old boot's last recorded transitionIds, an unchanged counter gives nothing. Each observation
-  carries the positions it moved (:class:`Positions`) so the store records them with it.
-* **No cache in front of the store.** Every change is delivered and the store alone decides
-  ``duplicate`` or ``conflict`` (a counter reset that reuses a key with other content is a
-  ``conflict``, never dropped here). The only thing not delivered again is a ring entry or a
-  live read identical (key, source time, state) to one of the last reads of this tracker (an
-  OPC UA event, an earlier live read): the same transition read twice over one path.
-* **Boot change.** A new boot id read from the controller is a ``BootSighting`` with evidence
-  (which register or node, the previous value, OPC UA ``ServerStatus/StartTime``). Counters of
-  a boot seen starting while we watched start from 0, so a first read of T3 there means T1, T2
-  were missed. A device without a readable boot id gets deliveries without one
-  (``identity_incomplete``): never a boot id from a date, the gateway clock or the last value.
-* **Torn snapshot.** When the boot id was read more than once for one snapshot (the map does
-  not allow one request) and the reads differ, nothing is observed: the source reads again.
-* **Wrap or reset.** A counter that steps back within one boot wrapped when it went from the
-  top quarter of its range to the bottom quarter; any other step back is a reset. Both are
-  anomalies, neither is a restart; the new transition is still delivered under its own key.
-* **Gaps, never invented.** Transitions the counters say were missed (91 -> 94: 92, 93) and
-  that no ring entry of the same read supplied become a ``gap`` anomaly naming the range, or
-  ``overrun`` when the ring's head moved further than its capacity since the last ring read.
-  A head that moved further than the capacity is an overrun only when transitions are really
-  missing: the ring is read only when a counter jumps, so on a busy controller the head often
-  moved past the capacity while the live reads delivered every transition (issue 28: "ring
-  overrun" about 100 times a minute with nothing lost). Then nothing is said; the note and the
-  record come only with a missing range.
-  The store takes out of a gap what it already holds for that source and boot (another path
-  may have delivered it), so a gap names only what is missing.
-* **Ring entries** are delivered (``live=False``) with the boot id each entry carries, however
-  late: those after the last ring head read (all of them when none is known).
-* **Window channels** (no counter, ``identity: window``) are delivered when their state
-  changes, with a window key (:class:`agent.core.window.WindowChanges`).
+* A channel is delivered when its (bootId, transitionId) changes; a counter of 0 ("no
+  transition yet in this boot") never is, also not from the ring.
+* Resumed, never fresh: a tracker starts from a :class:`Resume` (what the store recorded), and
+  each observation carries the :class:`Positions` it moved.
+* No cache in front of the store: every change is delivered, the store decides ``duplicate``
+  or ``conflict``; only a read identical (key, source time, state) to one of the last reads of
+  this tracker is not delivered again.
+* A new boot id is a ``BootSighting`` with evidence; no readable boot id gives deliveries
+  without one (``identity_incomplete``), never a boot id made up. A torn snapshot (the boot id
+  read twice, differently) observes nothing.
+* A counter that steps back wrapped (top quarter to bottom quarter) or was reset: an anomaly,
+  never a restart. Missed transitions no ring entry supplied are a ``gap`` (or ``overrun``)
+  naming the range, said only when something is really missing.
+* Ring entries are delivered (``live=False``) with their own boot id; window channels (no
+  counter) by :class:`agent.core.window.WindowChanges`.
 """
 
 from __future__ import annotations

@@ -1,32 +1,19 @@
 """MQTT intake: QoS 1, a persistent session, PUBACK only after COMMIT, then receipts.
 
 * `clean_start=False` and a session expiry (default 7 days): a ledger killed at any point gets
-  back, under the same client id, every message it had not acknowledged (aiomqtt's default
-  clean start would drop them all). Each instance needs a stable `client_id`.
-* With `group`, `$share/<group>/<topic>`: several instances split the stream; a member that is
-  away keeps its unacknowledged share until it returns, so instances are always restarted.
-* Manual acknowledgement: aiomqtt 2.5 has no option for it; paho's `manual_ack_set(True)` on the
-  private `_client` works (pinned `aiomqtt<3`; the tests here fail if an upgrade breaks it).
-  A message is acknowledged only after the transaction holding its arrival committed. While
-  PostgreSQL is away nothing is acknowledged: the batch is retried with backoff and the
-  broker holds the rest (its `max_queued_messages` must hold an outage: docs/ledger-setup.md says so).
-* A message body is one CloudEvent (JSON object) or a batch (JSON array), as the gateway's MQTT
-  sink sends them. A body that is neither is kept as a `rejected` arrival and acknowledged:
-  redelivering it would never make it better.
-* Receive Maximum is two batches: while one batch commits (unacknowledged), the broker already
-  sends the next, so receiving and parsing it overlaps the commit instead of following it. A
-  crash leaves at most two batches unacknowledged; the broker sends them again.
-* Receipts (`receipts: true`, the default; docs/upstream.md): once a batch committed and its
-  messages are acknowledged, one QoS 1 receipt per gateway store in it goes to
-  `receipts/<gateway>/<store id>`, naming the outbox rows committed. A gateway with
-  `receipts: true` keeps its rows `sent` until then and sends them again when none comes, so an
-  event the broker acknowledged but lost (a restart, a shared subscription not restored) still
-  arrives. Handed to paho without waiting: a receipt lost with the connection is made good by the
-  gateway's resend (one more arrival, never a second event).
-* The subscription is plain unless `group` is set (`$share/<group>/<topic>`): Mosquitto 2.0 keeps
-  a persistent session's plain subscription over a restart, not a shared one.
-* Never wrap the message iterator in a timeout while a batch is open; the stop path cancels the
-  reader only between batches (an unacknowledged message comes back on the next session anyway).
+  back, under its stable `client_id`, every message it had not acknowledged.
+* With `group`, `$share/<group>/<topic>` (instances split the stream); otherwise a plain
+  subscription, which Mosquitto 2.0 keeps over a restart where it does not keep a shared one.
+* Manual acknowledgement through paho's `manual_ack_set(True)` on aiomqtt's private `_client`
+  (pinned `aiomqtt<3`; the tests fail if an upgrade breaks it): a message is acknowledged only
+  after the transaction holding its arrival committed; while PostgreSQL is away, nothing.
+* A body that is neither a CloudEvent nor a batch of them is a `rejected` arrival, acknowledged.
+* Receive Maximum is two batches, so receiving the next overlaps the commit of one.
+* Receipts: after the commit, one QoS 1 receipt per gateway store in the batch, handed to paho
+  without waiting (a lost one is made good by the gateway's resend).
+* Never wrap the message iterator in a timeout while a batch is open.
+
+The reasons in full: docs/architecture.md, "The ledger's MQTT intake".
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Read-side queries of the ledger. An event's counts, span and status are read from its arrivals
-(the arbiter never updates a canonical row).
-
-Read-side queries of the ledger, shaped as the contract's `report --json` (section 6) plus the
-ledger's evidence (`gateway`, `via`, `received_at`, `attempt`, `replayed` on each arrival).
+"""Read-side queries of the ledger, shaped as the contract's `report --json` (section 6) plus the
+ledger's evidence (`gateway`, `via`, `received_at`, `attempt`, `replayed` on each arrival). An
+event's counts, span and status are read from its arrivals (the arbiter never updates a canonical
+row).
 
 Rows are streamed through server-side cursors inside one read-only REPEATABLE READ transaction
 (`snapshot`), so a report of a large ledger stays flat in memory and its sections agree.
@@ -17,6 +16,7 @@ from datetime import datetime
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg.rows import dict_row
 
 from agent.core.contract import Decision, Status
 from agent.core.summary import summary_counts
@@ -42,12 +42,23 @@ async def snapshot(conn: Conn) -> AsyncIterator[None]:
         await conn.rollback()
 
 
-async def _rows(conn: Conn, sql: LiteralString, name: str) -> AsyncIterator[tuple[Any, ...]]:
-    async with conn.cursor(name=name) as cur:
+async def _rows(conn: Conn, sql: LiteralString, name: str) -> AsyncIterator[dict[str, Any]]:
+    """The rows as dicts by column name, in the select list's order (the report's keys are the
+    columns' names, `AS "transitionId"` where the contract spells them so)."""
+    async with conn.cursor(name=name, row_factory=dict_row) as cur:
         cur.itersize = _CHUNK
         await cur.execute(sql)
         async for row in cur:
             yield row
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _times(row: dict[str, Any], *columns: str) -> dict[str, Any]:
+    """The row with these timestamp columns written as RFC 3339 text (the keys keep their order)."""
+    return {**row, **{c: ts(row[c]) for c in columns}}
 
 
 async def summary(conn: Conn) -> dict[str, int]:
@@ -82,8 +93,11 @@ async def summary(conn: Conn) -> dict[str, int]:
 async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """Canonical transition events, by id."""
     sql: LiteralString = (
-        "SELECT c.id, c.source, c.transition_id, c.boot_id, c.source_ts, a.k > 0, c.payload, c.payload_hash,"
-        " a.n - 1, a.k, a.f, a.l, c.first_gateway, a.g"
+        'SELECT c.id AS canonical_id, c.source, c.transition_id AS "transitionId", c.boot_id AS "bootId",'
+        ' c.source_ts AS "sourceTimestamp", a.k > 0 AS status, c.payload, c.payload_hash,'
+        " greatest(a.n - 1, 0) AS duplicate_count,"  # of the arrivals kept: a prune removes old ones
+        " a.k AS conflict_count, a.f AS first_arrival, a.l AS last_arrival, c.first_gateway,"
+        " a.n AS arrivals, a.g AS gateways"
         " FROM canonical_event c CROSS JOIN LATERAL (SELECT count(*) AS n,"
         " count(*) FILTER (WHERE decision = 'conflict') AS k, min(gateway_arrival_at) AS f,"
         " max(gateway_arrival_at) AS l, array_agg(DISTINCT gateway ORDER BY gateway) AS g"
@@ -92,55 +106,29 @@ async def events(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     )
     async for r in _rows(conn, sql, "report_events"):
         yield {
-            "canonical_id": r[0],
-            "source": r[1],
-            "transitionId": r[2],
-            "bootId": r[3],
-            "sourceTimestamp": ts(r[4]),
-            "status": Status.DUPLICATE_CONFLICT.value if r[5] else Status.CANONICAL.value,
-            "payload": None if r[6] is None else json.loads(r[6]),  # None: pruned (the archive has it)
-            "payload_hash": r[7],
-            "duplicate_count": max(r[8], 0),  # of the arrivals kept: a prune removes old ones
-            "conflict_count": r[9],
-            "first_arrival": ts(r[10]),
-            "last_arrival": ts(r[11]),
-            "first_gateway": r[12],
-            "arrivals": r[8] + 1,  # kept
-            "gateways": list(r[13]),
+            **_times(r, "sourceTimestamp", "first_arrival", "last_arrival"),
+            "status": Status.DUPLICATE_CONFLICT.value if r["status"] else Status.CANONICAL.value,
+            "payload": _json(r["payload"]),  # None: pruned (the archive has it)
+            "gateways": list(r["gateways"]),
         }
 
 
+# `duplicate_of` is selected as the canonical id and kept only for a duplicate or a conflict.
 _ARRIVAL_COLUMNS: LiteralString = (
-    "SELECT a.id, a.source, a.transition_id, a.boot_id, a.source_ts, a.gateway_arrival_at, a.decision,"
-    " a.canonical_id, a.payload_hash, a.reason, a.flags, a.gateway, a.via, a.received_at, a.attempt,"
-    " a.replayed, a.line, a.kind, a.ce_id, a.raw FROM arrival a"
+    'SELECT a.id AS arrival_id, a.source, a.transition_id AS "transitionId", a.boot_id AS "bootId",'
+    ' a.source_ts AS "sourceTimestamp", a.gateway_arrival_at AS "arrivalAt", a.decision,'
+    " a.canonical_id, a.canonical_id AS duplicate_of, a.payload_hash, a.reason, a.flags, a.gateway,"
+    " a.via, a.received_at, a.attempt, a.replayed, a.line, a.kind, a.ce_id, a.raw FROM arrival a"
 )
+_DUPLICATE_OF = (Decision.DUPLICATE.value, Decision.CONFLICT.value)
 
 
-def _arrival(r: tuple[Any, ...]) -> dict[str, Any]:
-    decision = r[6]
+def _arrival(r: dict[str, Any]) -> dict[str, Any]:
     return {
-        "arrival_id": r[0],
-        "source": r[1],
-        "transitionId": r[2],
-        "bootId": r[3],
-        "sourceTimestamp": ts(r[4]),
-        "arrivalAt": ts(r[5]),
-        "decision": decision,
-        "canonical_id": r[7],
-        "duplicate_of": r[7] if decision in (Decision.DUPLICATE.value, Decision.CONFLICT.value) else None,
-        "payload_hash": r[8],
-        "reason": r[9],
-        "flags": list(r[10]),
-        "gateway": r[11],
-        "via": r[12],
-        "received_at": ts(r[13]),
-        "attempt": r[14],
-        "replayed": r[15],
-        "line": r[16],
-        "kind": r[17],
-        "ce_id": r[18],
-        "raw": bytes(r[19]).decode("utf-8", "backslashreplace"),
+        **_times(r, "sourceTimestamp", "arrivalAt", "received_at"),
+        "duplicate_of": r["canonical_id"] if r["decision"] in _DUPLICATE_OF else None,
+        "flags": list(r["flags"]),
+        "raw": bytes(r["raw"]).decode("utf-8", "backslashreplace"),
     }
 
 
@@ -162,72 +150,57 @@ async def pending(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
 async def conflicts(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     """Open conflicts with both originals: the canonical's content and the arrival's."""
     sql: LiteralString = (
-        "SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id, c.boot_id, c.payload,"
-        " c.payload_hash, c.source_ts, x.payload, x.payload_hash, x.source_ts, a.gateway, c.first_gateway,"
-        " a.gateway_arrival_at, c.inserted_arrival_at"
+        'SELECT x.arrival_id, x.canonical_id, c.source, c.transition_id AS "transitionId",'
+        ' c.boot_id AS "bootId", c.payload AS c_payload, c.payload_hash AS c_hash, c.source_ts AS c_ts,'
+        " c.first_gateway AS c_gateway, c.inserted_arrival_at AS c_at, x.payload, x.payload_hash,"
+        " x.source_ts, a.gateway, a.gateway_arrival_at"
         " FROM conflict x JOIN canonical_event c ON c.id = x.canonical_id"
         " JOIN arrival a ON a.id = x.arrival_id"
         " WHERE x.state = 'open' ORDER BY x.arrival_id"
     )
     async for r in _rows(conn, sql, "report_conflicts"):
         yield {
-            "arrival_id": r[0],
-            "canonical_id": r[1],
-            "source": r[2],
-            "transitionId": r[3],
-            "bootId": r[4],
+            "arrival_id": r["arrival_id"],
+            "canonical_id": r["canonical_id"],
+            "source": r["source"],
+            "transitionId": r["transitionId"],
+            "bootId": r["bootId"],
             "canonical": {
-                "payload": None if r[5] is None else json.loads(r[5]),  # None: pruned (in the archive)
-                "payload_hash": r[6],
-                "sourceTimestamp": ts(r[7]),
-                "gateway": r[12],
-                "arrivalAt": ts(r[14]),
+                "payload": _json(r["c_payload"]),  # None: pruned (in the archive)
+                "payload_hash": r["c_hash"],
+                "sourceTimestamp": ts(r["c_ts"]),
+                "gateway": r["c_gateway"],
+                "arrivalAt": ts(r["c_at"]),
             },
             "conflicting": {
-                "payload": json.loads(r[8]),
-                "payload_hash": r[9],
-                "sourceTimestamp": ts(r[10]),
-                "gateway": r[11],
-                "arrivalAt": ts(r[13]),
+                "payload": json.loads(r["payload"]),
+                "payload_hash": r["payload_hash"],
+                "sourceTimestamp": ts(r["source_ts"]),
+                "gateway": r["gateway"],
+                "arrivalAt": ts(r["gateway_arrival_at"]),
             },
-            "gateway": r[11],
+            "gateway": r["gateway"],
         }
 
 
 async def boots(conn: Conn) -> AsyncGenerator[dict[str, Any]]:
     sql: LiteralString = (
-        "SELECT device, boot_id, previous_boot_id, first_arrival, source_ts, live, evidence, arrival_id"
-        " FROM boot ORDER BY device, id"
+        'SELECT device, boot_id AS "bootId", previous_boot_id AS "previous_bootId", first_arrival,'
+        ' source_ts AS "sourceTimestamp", live, evidence, arrival_id FROM boot ORDER BY device, id'
     )
     async for r in _rows(conn, sql, "report_boots"):
-        yield {
-            "device": r[0],
-            "bootId": r[1],
-            "previous_bootId": r[2],
-            "first_arrival": ts(r[3]),
-            "sourceTimestamp": ts(r[4]),
-            "live": r[5],
-            "evidence": json.loads(r[6]),
-            "arrival_id": r[7],
-        }
+        yield {**_times(r, "first_arrival", "sourceTimestamp"), "evidence": json.loads(r["evidence"])}
 
 
 async def anomalies(conn: Conn, *, gaps: bool) -> AsyncGenerator[dict[str, Any]]:
     sql: LiteralString = (
-        "SELECT source, boot_id, kind, from_value, to_value, detected_at, evidence FROM anomaly"
+        'SELECT source, boot_id AS "bootId", kind, from_value AS "from", to_value AS "to", detected_at,'
+        " evidence FROM anomaly"
         + (" WHERE kind = 'gap'" if gaps else " WHERE kind <> 'gap'")
         + " ORDER BY id"
     )
     async for r in _rows(conn, sql, "report_gaps" if gaps else "report_anomalies"):
-        yield {
-            "source": r[0],
-            "bootId": r[1],
-            "kind": r[2],
-            "from": r[3],
-            "to": r[4],
-            "detected_at": ts(r[5]),
-            "evidence": json.loads(r[6]),
-        }
+        yield {**_times(r, "detected_at"), "evidence": json.loads(r["evidence"])}
 
 
 async def site_tally(conn: Conn, site: str) -> dict[str, int]:

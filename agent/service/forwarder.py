@@ -1,41 +1,18 @@
 """The forwarder: one task per upstream, draining its outbox in order through a sink.
 Marks a row delivered only on the sink's proof; never decides what an event is (the store did).
 
-Loop: claim the first pending rows (attempts + 1 committed first) -> encode
--> publish -> settle every row by its outcome in one transaction (which also
-claims the next rows when every row was settled for good). Rows are
-marked delivered only on the sink's proof of acknowledgement. Two batches are
-in hand at once: while one is being published, the next is claimed (its
-attempts committed) and encoded, and its publishing starts at once when the
-sink can overlap calls and is connected (MQTT: the window of messages in
-flight stays full across reads; never after the batch before it failed), else
-right after the batch before it was acknowledged in full (HTTP: claim and
-settle overlap the POSTs; the order stays the outbox order). The rows claimed
-with a settle are encoded while that transaction is written and committed on the
-store's thread; none of them is published before the commit. When any row
-comes back `retry`, the forwarder backs off (capped exponential, jittered,
-`Retry-After` honoured) and starts again from the head of the queue, so the
-backlog is kept and its first arrival upstream stays in insertion order; new
-events recorded meanwhile queue behind it. Memory holds two batches, however
-large the backlog.
+Loop: claim the first pending rows (attempts + 1 committed first) -> encode -> publish -> settle
+every row by its outcome in one transaction (which also claims the next rows when every row was
+settled for good). Two batches are in hand at once (`agent.service.flight`), none published
+before its claim is committed; memory holds two batches, however large the backlog. On any
+`retry` the forwarder backs off and starts again from the head of the queue, so the first
+arrival upstream stays in insertion order. `replayed` is true for an event sent again (attempt
+> 1) and for the backlog waiting when the forwarder started or the upstream came back. With
+receipts, an acknowledged row stays `sent` until the ledger's receipt (`agent.service.receipts`).
+Stopping drains for at most `drain_s`; settling is never cancelled.
 
-`replayed` (an extension attribute, never part of the id) is true for an
-event sent again (attempt > 1), and for every event that was already waiting
-when the forwarder started or while the upstream was failing: the rows up to
-the end of the backlog as it stood when the upstream came back.
-
-The batches in flight (`Flight`, the publishing chained behind the batch before, the drain) are
-`agent.service.flight`; the sink for an upstream is `agent.service.upstream_sink.build_sink`.
-
-Receipts (`receipts: true` on an MQTT upstream, docs/upstream.md): an acknowledged row is settled
-`sent`, not `delivered`; the upstream's `ReceiptKeeper` (`agent.service.receipts`), a task beside
-the loop, turns it `delivered` when the ledger's receipt names it and back to `pending` when
-none comes in time (then `rewind()` makes the next claim look from the head of the queue).
-
-Stopping: set the stop event. The forwarder keeps sending for at most
-`drain_s` seconds (the backlog, or what is left of the batch in flight), then
-settles what it has and returns; rows without an acknowledgement stay
-pending and go out again on the next start. Settling is never cancelled.
+The loop step by step, `replayed`, receipts and stopping: docs/architecture.md, "The forwarder".
+The sink for an upstream is `agent.service.upstream_sink.build_sink`.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """The recorder: the one task that turns observations into store transactions (group commit).
 It never decides a delivery itself (the store does) and never drops a batch it was given.
 
-Sources ``submit`` observations into a bounded queue; one task takes whatever is queued
-(up to ``max_batch`` deliveries) and records it in one ``Store.record`` call, so throughput
-comes from batching, not from weaker durability, and at most one transaction is in flight.
-While a commit runs, new observations queue up and form the next batch by themselves. Commits
-begin at least ``min_interval_s`` apart (`store.commit_interval`, default 50 ms): an observation
-that arrives when the last commit began longer ago than that is committed at once, one that
-arrives sooner waits for the rest of the interval with whatever else arrives meanwhile, unless
-a whole batch (``max_batch``) is queued first. A commit (an fsync and a few
-statements) takes 0.3-1 ms of CPU whatever its size, as much as several polls, so 200
-controllers that each change now and then make at most 20 commits a second instead of one
-per transition; the price is at most one interval more before a transition is committed. Every
-commit writes whole pages to the flash, so a longer interval writes fewer bytes per event
-(docs/operations.md, "Flash"). Shutdown never waits for the interval.
-
-Boot ids read from a controller (``BootSighting``) go into the same transaction as the batch;
-the store takes them before the boots that deliveries carry, so a BootObserved record keeps
-the real evidence (register or node, previous value, OPC UA StartTime) rather than "first
-seen in a live delivery".
-
-Shutdown: set ``stop`` after the pollers have stopped; ``run`` commits what is queued and
-returns. While the store cannot be written, the batch is held and retried (see
-``_commit_retrying``); the service keeps running and says so.
+Sources ``submit`` observations into a bounded queue; one task records whatever is queued (up
+to ``max_batch`` deliveries) in one ``Store.record`` call, at most one transaction in flight.
+Commits begin at least ``min_interval_s`` apart (`store.commit_interval`, default 50 ms): a
+commit costs about as much CPU as several polls whatever its size, and each writes whole pages
+to the flash; the price is at most one interval more before a transition is committed.
+Shutdown never waits for the interval. Boot sightings go into the batch's transaction, before
+the boots deliveries carry, so a BootObserved record keeps the real evidence. While the store
+cannot be written the batch is held and retried (``_commit_retrying``). The figures and
+reasons: docs/architecture.md, "The recorder".
 """
 
 from __future__ import annotations

@@ -3,27 +3,14 @@
 Wires the rooms together and owns the order of start and stop; holds no SQL, no protocol and
 no stop bounds of its own (those are `agent.service.shutdown.StopBudget`).
 
-Lifecycle (`edge-agent run`):
-  start     take the process-wide settings of `agent.service.runtime`; open the store (a
-            damaged store is moved aside and salvaged, see `open_store`), register upstreams,
-            start recorder, pollers, forwarders, status writer and retention; READY=1 once
-            all are started.
-  running   one failing device or upstream never stops the rest: sources reconnect with
-            backoff, forwarders back off, the recorder holds a batch while the store cannot
-            be written. Each device connection, forwarder and the recorder runs under a
-            supervisor (`agent.service.supervisor`): an unexpected exception is logged,
-            counted and the task restarted. Pollers resume from the store's positions.
-            WATCHDOG=1 only while the status loop runs and the recorder is not stuck
-            inside one commit. A fatal store error stops the service (exit 74).
-  SIGTERM   STOPPING=1; stop polling; let the recorder commit what was read; give the
-            forwarders a bounded drain; close sinks; close the store; exit 0, or exit 75
-            (EX_LOST) when observations read could not be committed (a full store even after
-            its reserve was opened, or a step cut short): the log says how many.
-
-The order matters: a poll in flight finishes and is committed before the store closes, so
-what the controllers showed is never half recorded. Each step has its bound and the whole
-sequence is bounded by `StopBudget.hard_stop_s`; a task is cancelled only when its bound has
-passed (the last resort), and the log says what was cut short.
+Rules: READY=1 once every part started; one failing device or upstream never stops the rest
+(each runs under `agent.service.supervisor`); WATCHDOG=1 only while the status loop runs and the
+recorder is not stuck in a commit; a fatal store error stops the service (exit 74). On SIGTERM
+the pollers stop first and the recorder commits what was read before the store closes, so what
+the controllers showed is never half recorded; exit 75 when observations read could not be
+committed. Every step has its bound inside `StopBudget.hard_stop_s`; a task is cancelled only
+past its bound, and the log says what was cut short. The lifecycle step by step:
+docs/architecture.md, "The service's lifecycle".
 """
 
 from __future__ import annotations

@@ -1,37 +1,20 @@
 """MQTT sink (aiomqtt 2.5 / paho 2.2): QoS 1, an event is delivered only on its PUBACK.
 Never raises a network error (they come back as `retry`) and never touches the store.
 
-Facts about aiomqtt and paho this module is built around:
-* aiomqtt makes the connection (TLS, credentials, protocol version) and runs
-  paho's network loop. Messages are handed to paho's own `publish()`: paho
-  keeps at most `max_inflight_messages` unacknowledged on the wire and queues
-  the rest in call order, sending the next one as each PUBACK arrives. So the
-  window stays full across the forwarder's reads, with no task, event or timer
-  per message (aiomqtt's `publish()` makes all three for each message).
-  `publish()` may be called again before an earlier call returned
-  (`overlapping`): its messages queue behind the earlier ones.
-* An event is delivered when paho's `on_publish` reports its PUBACK. One timer
-  per connection checks the oldest message handed over: unacknowledged after
-  `ack_timeout_s` makes it `retry` and the connection is dropped. A message
-  that timed out may still arrive: that is the "at least once" case, and
-  receivers deduplicate on (source, id).
-* There is no auto-reconnect. `publish()` connects when it has no connection;
-  the forwarder's backoff paces the attempts. When the client's disconnect
-  future completes, every message not acknowledged comes back `retry` at once
-  instead of each waiting for its own timeout.
-* aiomqtt ignores MQTT v5 PUBACK reason codes: paho's `on_publish` gives them
-  to us, and a code >= 0x80 makes the event `rejected`. On 3.1.1 (the
-  default) a refusing broker disconnects instead, or acks and drops (mosquitto
-  ACLs): get ACLs right and watch them on the broker.
-* With 20-100 messages in flight, Nagle and delayed ACKs collapse throughput;
-  TCP_NODELAY is set on the client socket (set it on the broker as well).
-* One unique client id per process: two connections with one id knock each
-  other off in a loop.
-* Receipts (`listen_for_receipts`, docs/upstream.md): with `receipts: true` every connection
-  subscribes to the ledger's receipts topic at QoS 1 before its first message; paho's
-  `on_message` hands each receipt's body to the service's callback (no queue of aiomqtt's,
-  no task), and each new connection is announced (receipts meant for the connection before it
-  are gone: its session was clean). The sink never reads the receipt or touches the store.
+Built around these facts of aiomqtt and paho (the reasons in full: docs/architecture.md, "The
+MQTT sink and aiomqtt/paho"):
+
+* Messages go to paho's own `publish()`, which keeps `max_inflight_messages` on the wire and
+  queues the rest in call order: no task, event or timer per message; calls may overlap.
+* Delivered on paho's `on_publish`. One timer per connection: the oldest message not
+  acknowledged after `ack_timeout_s` is `retry` and the connection is dropped; a disconnect
+  makes every unacknowledged message `retry` at once.
+* No auto-reconnect: `publish()` connects, the forwarder's backoff paces the attempts.
+* An MQTT v5 PUBACK reason code >= 0x80 makes the event `rejected` (paho gives the codes,
+  aiomqtt ignores them).
+* TCP_NODELAY on the client socket; one unique client id per process.
+* Receipts (`listen_for_receipts`): each connection subscribes to the ledger's receipts topic
+  before its first message and is announced; each receipt's body goes to the service's callback.
 """
 
 from __future__ import annotations

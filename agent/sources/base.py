@@ -4,27 +4,16 @@ Holds the Source and ObservationSink protocols, the once-per-change StateLog and
 :func:`run_source`. It must not read a controller itself or touch the store.
 
 A *source* is one connection to one controller (a device with a Modbus and an OPC UA
-connection has two sources, each with its own task and its own tracker: each read is an
-arrival of its own, and the store makes one canonical event of the two).
+connection has two, each with its own task and tracker; the store makes one canonical event of
+their arrivals). :class:`Source` is called ``connect``, then ``poll``/``wait`` alternately,
+then ``close``, never concurrently, from the one task that owns it: ``connect`` and ``wait``
+raise :class:`~agent.core.errors.SourceUnavailable` for a link that is lost (``connect`` never
+retries by itself); ``poll`` reads once, consistently, and returns what is new, and a failure
+of one field is evidence and a log line, not a link failure; ``close`` never raises and returns
+promptly. The contract method by method: docs/architecture.md, "A source".
 
-Contract of :class:`Source` (call order: ``connect``, then ``poll``/``wait`` alternately, then
-``close``; never concurrently, always from the one task that owns it):
-
-* ``connect()`` opens the link and resolves whatever the link needs (OPC UA namespace index,
-  subscriptions). It raises :class:`~agent.core.errors.SourceUnavailable` when the controller
-  cannot be reached; it never retries by itself.
-* ``poll()`` reads the device once, consistently, and returns what is new
-  (:class:`~agent.core.snapshot.Observations`). A failure of the link raises
-  ``SourceUnavailable`` (the loop closes, backs off and reconnects); a failure of one field
-  (a Modbus exception response, an OPC UA Bad status) is not a link failure: the other
-  channels are still observed and the field's error is evidence and a log line.
-* ``wait(stop)`` returns when the next poll is due (the poll interval, an OPC UA data-change
-  notification or the reconcile timer) or when ``stop`` is set; it raises
-  ``SourceUnavailable`` when the source learnt that the link is lost.
-* ``close()`` never raises and returns promptly, also when the peer is gone.
-
-:class:`ObservationSink` is what sources hand observations to (the recorder). Sources never
-touch the store: ``submit`` returning means the observation is queued, not committed.
+:class:`ObservationSink` is what sources hand observations to (the recorder): ``submit``
+returning means the observation is queued, not committed.
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """A JSON Lines file parsed one batch ahead in a second process, beside the recording of the last.
 
-`edge-agent import` records batch N (the store's SQLite thread, the decisions: Python, holding the
-interpreter lock) while batch N+1 could be parsed. A thread cannot do that (both hold the same
-lock; overlapping them cost time, docs/performance-history.md "Import, sixth round"); a process can, on
-the second core. `ParsedAhead` yields the same `ImportBatch`es as `read_batches`, in file order:
+`edge-agent import` records batch N (Python, holding the interpreter lock) while batch N+1 could
+be parsed: a thread cannot overlap them, a process can, on the second core. `ParsedAhead`
+yields the same `ImportBatch`es as `read_batches`, in file order: the first batch parsed here,
+the rest of a regular file (when it is over `AHEAD_MIN_BYTES` and a second core is there) by a
+child (`python -m agent.sources.parse_ahead`) on the same open file descriptor with the same
+code, sent over a pipe in a compact form (`to_wire`, then `marshal`) and rebuilt here
+(`from_wire`) as exactly the objects `parse_delivery` made. The child is at most about two
+batches ahead (the pipe blocks) and runs `CHILD_NICE` steps nicer.
 
-* the first batch is parsed here; if the rest of the file is larger than `AHEAD_MIN_BYTES`, the
-  file is a regular file and this process may run on more than one core, a child process
-  (`python -m agent.sources.parse_ahead`) is started on the same open file (its descriptor is
-  passed, so a file renamed over the path meanwhile changes nothing), from where the first
-  batch ended, and parses the rest with the same code (`importer._batches`, the same clock:
-  `datetime.now`); other files are parsed here whole;
-* the child writes each batch to a pipe in a compact form (`to_wire`: one tuple of plain values
-  per line, then `marshal`; reading and rebuilding 100,000 lines took 0.7 s against 1.2 s to
-  unpickle the objects) and blocks when the pipe is full: it is at most about two batches
-  ahead, so memory stays flat;
-* the parent rebuilds exactly the objects `parse_delivery` made (`from_wire`).
-
-The child runs 10 steps nicer than the parent (`CHILD_NICE`): the import's critical path is the
-parent's recording, and an import run beside the service (polling on a schedule) or anything
-else should not take a second core from them at the same priority; on an idle second core the
-niceness changes nothing.
-
-A child that stops early (killed, out of memory, an error reading the file) makes `__next__`
-raise `ParseProcessError` naming it; the batches before it were whole. `close()` kills the child
-(from any thread); a parent that dies leaves no child behind for long: its next write to the
-pipe ends it (SIGPIPE), and it ends at Ctrl-C as the parent does (SIGINT, default action).
+A child that stops early makes `__next__` raise `ParseProcessError`; the batches before it were
+whole. `close()` kills the child; a dead parent's child ends at its next write (SIGPIPE).
+How and why, with the figures: docs/architecture.md, "Import: parsing ahead".
 """
 
 from __future__ import annotations

@@ -214,6 +214,18 @@ def insert_many(
     return changed
 
 
+def keyed_events(keys: Sequence[Key], columns: str) -> tuple[str, list[Any]]:
+    """The select of `columns` of the events (`e`) these keys name, and its parameters. The keys
+    stand in a CTE `k(s, t, b)` joined on the indexed columns: it uses the unique index, where
+    `(a,b,c) IN (VALUES ...)` scans the whole table in SQLite 3.40."""
+    values = ",".join("(?,?,?)" for _ in keys)
+    sql = (
+        f"WITH k(s, t, b) AS (VALUES {values}) SELECT {columns} FROM k JOIN events e"
+        " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
+    )
+    return sql, [p for k in keys for p in (k.source, k.transition_id, k.boot_id)]
+
+
 def canonical_of(
     db: sqlite3.Connection,
     path: str,
@@ -234,14 +246,8 @@ def canonical_of(
     pruned: set[int] = set()
     for start in range(0, len(keys), CHUNK):
         chunk = keys[start : start + CHUNK]
-        values = ",".join("(?,?,?)" for _ in chunk)
-        params = [p for k in chunk for p in (k.source, k.transition_id, k.boot_id)]
-        # A CTE joined on the indexed columns uses the unique index; `(a,b,c) IN (VALUES ...)`
-        # scans the whole table in SQLite 3.40.
-        sql = (
-            f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
-            " e.canonical_id, e.payload_hash, 0, e.first_arrival FROM k JOIN events e"
-            " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
+        sql, params = keyed_events(
+            chunk, "e.source, e.transition_id, e.boot_id, e.canonical_id, e.payload_hash, 0, e.first_arrival"
         )
         if with_key_records:
             sql += (

@@ -9,7 +9,7 @@ pending list stay as they are.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -66,46 +66,54 @@ _CONFLICTS = (
 )
 
 
-async def conflicts(
-    db: aiosqlite.Connection, *, open_only: bool = False
+async def _with_marks(
+    db: aiosqlite.Connection, sql: str, open_only: bool, item: Callable[[Any], dict[str, Any]]
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """Each conflict arrival beside the canonical it did not overwrite: arrival, receiver, source
-    time, hash and payload of both, and the review marks. A pruned canonical payload is null."""
+    """Each row of `sql` (the arrival id first) as `item` writes it, with its review marks; only
+    the rows with no mark when `open_only`."""
     noted = await marks(db)
-    async with aclosing(_stream(db, _CONFLICTS)) as rows:
+    async with aclosing(_stream(db, sql)) as rows:
         async for r in rows:
             arrival_id = int(r[0])
             if open_only and arrival_id in noted:
                 continue
-            raw = _raw_text(r[9])
-            yield {
-                "arrival_id": arrival_id,
-                "canonical_id": r[1],
-                "source": r[2],
-                "transitionId": r[3],
-                "bootId": r[4],
-                "identity_basis": r[17],
-                "canonical": {
-                    "arrival_id": r[12],
-                    "arrivalAt": r[14],
-                    "receiver": r[15],
-                    "sourceTimestamp": r[16],
-                    "payload_hash": _hash_text(r[11]),
-                    "payload": json.loads(r[10]) if r[10] is not None else None,
-                    "status": r[13],
-                },
-                "conflicting": {
-                    "arrival_id": arrival_id,
-                    "arrivalAt": r[5],
-                    "receiver": r[6],
-                    "sourceTimestamp": r[7],
-                    "payload_hash": r[8],
-                    "payload": _payload_of(raw),
-                    "raw": raw,
-                },
-                "reviewed": arrival_id in noted,
-                "marks": noted.get(arrival_id, []),
-            }
+            yield {**item(r), "reviewed": arrival_id in noted, "marks": noted.get(arrival_id, [])}
+
+
+def _conflict(r: Any) -> dict[str, Any]:
+    raw = _raw_text(r[9])
+    return {
+        "arrival_id": int(r[0]),
+        "canonical_id": r[1],
+        "source": r[2],
+        "transitionId": r[3],
+        "bootId": r[4],
+        "identity_basis": r[17],
+        "canonical": {
+            "arrival_id": r[12],
+            "arrivalAt": r[14],
+            "receiver": r[15],
+            "sourceTimestamp": r[16],
+            "payload_hash": _hash_text(r[11]),
+            "payload": json.loads(r[10]) if r[10] is not None else None,
+            "status": r[13],
+        },
+        "conflicting": {
+            "arrival_id": int(r[0]),
+            "arrivalAt": r[5],
+            "receiver": r[6],
+            "sourceTimestamp": r[7],
+            "payload_hash": r[8],
+            "payload": _payload_of(raw),
+            "raw": raw,
+        },
+    }
+
+
+def conflicts(db: aiosqlite.Connection, *, open_only: bool = False) -> AsyncGenerator[dict[str, Any], None]:
+    """Each conflict arrival beside the canonical it did not overwrite: arrival, receiver, source
+    time, hash and payload of both, and the review marks. A pruned canonical payload is null."""
+    return _with_marks(db, _CONFLICTS, open_only, _conflict)
 
 
 _PENDING = (
@@ -115,32 +123,26 @@ _PENDING = (
 )
 
 
-async def pending(
-    db: aiosqlite.Connection, *, open_only: bool = False
-) -> AsyncGenerator[dict[str, Any], None]:
+def _pending(r: Any) -> dict[str, Any]:
+    return {
+        "arrival_id": int(r[0]),
+        "source": r[1],
+        "transitionId": r[2],
+        "bootId": r[3],
+        "sourceTimestamp": r[4],
+        "arrivalAt": r[5],
+        "receiver": r[6],
+        "reason": r[7],
+        "line": r[8],
+        "raw": _raw_text(r[9]),
+        "identity_basis": r[10],
+    }
+
+
+def pending(db: aiosqlite.Connection, *, open_only: bool = False) -> AsyncGenerator[dict[str, Any], None]:
     """Each identity-incomplete arrival with what it carried (its raw text, as it arrived), why
     its identity is incomplete, and the review marks."""
-    noted = await marks(db)
-    async with aclosing(_stream(db, _PENDING)) as rows:
-        async for r in rows:
-            arrival_id = int(r[0])
-            if open_only and arrival_id in noted:
-                continue
-            yield {
-                "arrival_id": arrival_id,
-                "source": r[1],
-                "transitionId": r[2],
-                "bootId": r[3],
-                "sourceTimestamp": r[4],
-                "arrivalAt": r[5],
-                "receiver": r[6],
-                "reason": r[7],
-                "line": r[8],
-                "raw": _raw_text(r[9]),
-                "identity_basis": r[10],
-                "reviewed": arrival_id in noted,
-                "marks": noted.get(arrival_id, []),
-            }
+    return _with_marks(db, _PENDING, open_only, _pending)
 
 
 async def mark(db: aiosqlite.Connection, arrival_id: int, note: str, at: str, by: str | None) -> Mark:

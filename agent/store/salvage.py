@@ -1,35 +1,17 @@
 """Salvage: a new store takes over what can still be read from the damaged one it replaces.
 
-When the store fails to open or fails `PRAGMA quick_check`, the service moves the file aside
-and starts a new store (`agent.service.run.open_store`). Before anything else is written,
-`salvage_into` reads the moved-aside file (`agent.store.salvage_read`) and copies into the
-new store (`agent.store.salvage_write` writes the rows):
+When the store fails to open or fails `PRAGMA quick_check`, the service moves the file aside and
+starts a new store (`agent.service.run.open_store`). Before anything else is written,
+`salvage_into` reads the moved-aside file (`agent.store.salvage_read`) and copies into the new
+store (`agent.store.salvage_write`) the upstreams, the tracker state and every undelivered
+outbox row whose record could be read, with that record. What is taken and how: docs/
+architecture.md, "Salvage".
 
-* the upstreams (so `backfill: all` is not applied a second time),
-* the tracker state: `device_state` (the last boot seen live per device), the resume points
-  (`channel_positions`, `ring_positions`) and every readable BootObserved record (so a boot
-  seen before is not announced again, and `previous_bootId` of the next boot is the real one),
-* every undelivered outbox row whose record could be read, with that record: a canonical
-  event keeps its key (source, transitionId, bootId), payload and source time, and gets a
-  new canonical id and one arrival (receiver `salvage`, arrival time = its first arrival);
-  gaps and anomalies keep their ids upstream; an identity-incomplete arrival is recorded
-  again from its raw bytes (its id upstream is the new store id + its new arrival id);
-  the outbox row keeps its upstream, its attempt count and its place in the order.
-
-The outbox is taken in rowid ranges of 2,000, each range with its records in one
-transaction, so memory stays flat however large the backlog (the caller makes the whole
-salvage atomic: it salvages into a new file and renames it into place when done).
-
-A canonical event whose stored payload hash does not match its payload is not taken (the
-damage reached its content): it is counted as unreadable. Delivered rows are not taken.
-Salvaged rows are pending when the forwarders start, so they go upstream with
-`replayed: true` and the same (source, id): receivers deduplicate them.
-
-What could not be read is counted, never guessed: rowids whose lookup failed (a failed
-outbox rowid may have been delivered or not: unknown), and undelivered outbox rows that
-could not be taken over because their record was unreadable or invalid. The counts are
-returned, logged by the caller, shown by `status` and kept in the store (`store_meta` row
-`salvage`).
+Rules: the outbox is taken in rowid ranges of 2,000, so memory stays flat (the caller makes the
+whole salvage atomic: a new file renamed into place). A canonical event whose payload hash does
+not match its payload is not taken; delivered rows are not taken. Salvaged rows go upstream
+again with `replayed: true` and the same (source, id). What could not be read is counted, never
+guessed; the counts are returned, logged, shown by `status` and kept (`store_meta` `salvage`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from agent.core.basis import IdentityBasis
 from agent.core.contract import Decision, Delivery, Key, payload_hash_of_text
 from agent.core.intake import parse_delivery
 from agent.core.jcs import canonical_json
-from agent.store.batch import read_marks, record_batch
+from agent.store.batch import keyed_events, read_marks, record_batch
 from agent.store.connection import on_thread
 from agent.store.salvage_read import Rows
 
@@ -77,13 +77,7 @@ async def _known(db: aiosqlite.Connection, keys: list[Key]) -> dict[Key, int]:
     out: dict[Key, int] = {}
     for start in range(0, len(keys), 300):
         chunk = keys[start : start + 300]
-        values = ",".join("(?,?,?)" for _ in chunk)
-        params = [p for k in chunk for p in (k.source, k.transition_id, k.boot_id)]
-        sql = (
-            f"WITH k(s, t, b) AS (VALUES {values}) SELECT e.source, e.transition_id, e.boot_id,"
-            " e.canonical_id FROM k JOIN events e"
-            " ON e.source = k.s AND e.transition_id = k.t AND e.boot_id = k.b"
-        )
+        sql, params = keyed_events(chunk, "e.source, e.transition_id, e.boot_id, e.canonical_id")
         for r in await db.execute_fetchall(sql, params):
             out[Key(r[0], r[1], r[2])] = int(r[3])
     return out

@@ -1,32 +1,12 @@
 """Schema of the event store as numbered migrations under `PRAGMA user_version`.
 
-Each migration runs inside its own `BEGIN IMMEDIATE ... COMMIT` (statement by
-statement: Python 3.11's `executescript()` would commit a pending transaction
-first), so a failing migration leaves the store at the previous version.
+Each migration runs inside its own `BEGIN IMMEDIATE ... COMMIT` (statement by statement:
+Python 3.11's `executescript()` would commit a pending transaction first), so a failing
+migration leaves the store at the previous version.
 
-Tables:
-  arrivals      every delivery, decision included; never updated afterwards
-  events        canonical events, UNIQUE(source, transition_id, boot_id)
-  boots         BootObserved records, UNIQUE(device, boot_id)
-  device_state  per device: the latest boot first seen live
-  anomalies     gap / wrap / reset / overrun records
-  pending       identity-incomplete arrivals waiting for a person
-  upstreams     configured upstreams (outbox rows are written for these)
-  outbox        one row per record and upstream: what still has to go out (pending, sent
-                awaiting a receipt, delivered, rejected)
-  event_keys        compact key records of canonical events whose payload was pruned (retention)
-  forgotten_keys    per (source, bootId): keys forgotten at the key horizon (retention)
-  retention_counts  what retention removed and how often a key horizon was passed
-  live_state        the running service's state, for `status`
-  review_marks      an operator's notes that a conflict or a pending arrival was reviewed
-  channel_positions per (source, bootId): the last transitionId a poller read (resume point)
-  ring_positions    per device: the ring head last read (resume point)
-  store_meta        the store id (a UUID made with the store) and other facts about the file
-  sparkplug_sends   per attempt of a row on a Sparkplug upstream: its bdSeq and seq (evidence)
-  event_tally       later arrivals of stored events not yet folded into their counts (agent/store/tally.py)
-
-`events.identity_basis` and `arrivals.identity_basis` say where the transitionId came from:
-`counter`, `event_id` or `window` (agent/core/basis.py).
+What each table holds: docs/architecture.md, "The store's tables". `events.identity_basis` and
+`arrivals.identity_basis` say where the transitionId came from: `counter`, `event_id` or
+`window` (agent/core/basis.py).
 """
 
 from __future__ import annotations

@@ -3,31 +3,15 @@
 The one door for writes (record, live state, upstreams, the outbox); readers use
 `agent.store.reader.Reader` on their own connection. Callers never see SQL or the connection.
 
-Acknowledgement boundaries
---------------------------
-1. Source side: a delivery counts as handled once `Store.record()` returned,
-   i.e. once the transaction that holds its arrival row (and, for a new key,
-   its canonical event, boot record and outbox rows) is committed with
-   `synchronous=FULL`. A crash before COMMIT loses the whole batch and nothing
-   else; the caller has not acknowledged it (the importer has not printed its
-   result lines; a poller re-reads the controller and its ring buffer).
-2. Upstream side: an outbox row is marked delivered only after the upstream
-   acknowledged it (forwarder). A crash in between sends it again with the
-   next attempt number: delivery is at least once, with a stable id, and the
-   store deduplicates each event once. It never claims more than that.
+Acknowledgement boundaries: a delivery is handled once `Store.record()` returned, i.e. its
+arrival (and for a new key its canonical event, boot record and outbox rows) is committed with
+`synchronous=FULL`; a crash before COMMIT loses the whole batch and nothing else. An outbox row
+is delivered only after the upstream acknowledged it: at least once, with a stable id.
 
-How one batch is decided (a handful of SQLite calls, not one per delivery)
---------------------------------------------------------------------------
-BEGIN IMMEDIATE; read the highest canonical and arrival ids; look up the
-canonical row of every key the batch carries (one indexed look-up per key);
-classify in Python (`decide.classify`); `INSERT ... ON CONFLICT DO NOTHING` the
-first delivery of every new key, with what its later arrivals in the batch add
-(the unique index arbitrates: a key stored meanwhile fails the whole batch);
-insert every arrival; update the counts of canonicals stored before the batch;
-write boots, pending and outbox rows; COMMIT. An existing key is
-never an error, so a conflict never rolls back its arrival. All of it, BEGIN to
-COMMIT, is one call run on the connection's thread (one trip, not one per
-statement: each trip is a queue put, a future and a wake-up of the event loop).
+One batch is one call on the connection's thread, BEGIN IMMEDIATE to COMMIT: look up the keys,
+classify in Python (`decide.classify`), insert with the unique index arbitrating, write the
+rest. An existing key is never an error, so a conflict never rolls back its arrival. The
+boundaries and the batch's statements in full: docs/architecture.md, "The store's writer".
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ must not decide anything: the bracket, gaps and anomalies are :class:`agent.core
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +26,7 @@ from asyncua.common.events import get_filter_from_event_type
 
 from agent.config.sources import Alarms
 from agent.core.alarms import PAYLOAD_FIELDS, AlarmEvent, Kind
-from agent.sources.opcua.events import ua_time
+from agent.sources.opcua.events import SubscriptionHandler, ua_time
 from agent.sources.opcua.session import node
 from agent.sources.opcua.values import MAX_TEXT
 
@@ -39,26 +38,6 @@ BRACKET: dict[int, Kind] = {
     OIDS.RefreshRequiredEventType: "refresh_required",
 }
 STATE_IDS = ("ActiveState/Id", "AckedState/Id", "ConfirmedState/Id", "EnabledState/Id", "Retain")
-
-
-class AlarmHandler:
-    """asyncua subscription handler for the alarm subscription: synchronous on purpose."""
-
-    def __init__(self) -> None:
-        self.trigger = asyncio.Event()
-        self.events: list[Any] = []
-
-    def event_notification(self, event: Any) -> None:
-        self.events.append(event)
-        self.trigger.set()
-
-    def status_change_notification(self, status: Any) -> None:
-        self.trigger.set()
-
-    def take(self) -> list[Any]:
-        self.trigger.clear()
-        events, self.events = self.events, []
-        return events
 
 
 def node_text(nid: Any, namespaces: list[str]) -> str | None:
@@ -129,7 +108,7 @@ class AlarmLink:
 
     def __init__(self, client: Any, cfg: Alarms, publishing: float) -> None:
         self.client, self.cfg, self.publishing = client, cfg, publishing
-        self.handler = AlarmHandler()
+        self.handler = SubscriptionHandler()  # synchronous on purpose, as for the channels
         self.sub: Any = None
         self.namespaces: list[str] = []
 
@@ -158,4 +137,4 @@ class AlarmLink:
         )
 
     def take(self) -> list[AlarmEvent]:
-        return [to_alarm_event(ev, self.namespaces) for ev in self.handler.take()]
+        return [to_alarm_event(ev, self.namespaces) for ev in self.handler.take_events()]

@@ -32,7 +32,8 @@ EVENT_SELECT = (*EVENT_FIELDS, "Time")  # every field `event_item` reads: the su
 
 
 class SubscriptionHandler:
-    """asyncua subscription handler: synchronous on purpose (see the module docstring)."""
+    """asyncua subscription handler of the channels' and of the alarms' subscription: synchronous on
+    purpose (see the module docstring)."""
 
     def __init__(self) -> None:
         self.trigger = asyncio.Event()
