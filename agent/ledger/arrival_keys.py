@@ -43,6 +43,14 @@ Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 CONSTRAINT = "arrival_key"
 
+
+def is_key_violation(name: str | None) -> bool:
+    """A unique violation of an arrival key: the constraint of a plain table, or the unique index
+    on (source, arrival_key) of a partition (`<partition>_arrival_key`, or PostgreSQL's own name
+    of a hash partition's `<partition>_source_arrival_key_key`: the column's name is in every one)."""
+    return name is not None and CONSTRAINT in name
+
+
 # The batch's keys are sent once (they were sent twice, one copy for each branch).
 READ_KNOWN = """
 WITH k AS MATERIALIZED (SELECT * FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key))

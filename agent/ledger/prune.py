@@ -3,6 +3,9 @@
 For each step of `prune_sql.STEPS` (reviewed conflicts and pending arrivals, sent notifications,
 arrivals, canonical payloads, identities beyond the horizon), in that order:
 
+0. for `notification` and `arrival`, every time partition wholly before the cutoff is archived
+   (a file per partition) and truncated, and dropped when nothing in it is kept
+   (`agent.ledger.prune_partitions`); the rows left go by the steps below;
 1. the candidates (older than the step's period, named by nothing kept) are streamed from one
    statement into the archive (`agent.ledger.archive`: a file per day, fsynced, renamed, read
    back and verified); at most `batch * 100` rows per step and run (the next run goes on);
@@ -27,9 +30,10 @@ from typing import Any
 
 import psycopg
 
-from agent.ledger import prune_sql
+from agent.ledger import prune_partitions, prune_sql
 from agent.ledger.archive import ArchiveError, DayWriter
 from agent.ledger.errors import LedgerError
+from agent.ledger.prune_partitions import PartitionResult
 from agent.ledger.retention_config import RetentionSettings
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,7 @@ class StepResult:
 class PruneResult:
     run_id: int | None  # None: a dry run
     steps: list[StepResult]
+    partitions: list[PartitionResult] = field(default_factory=list)  # taken whole (or would be)
 
 
 def cutoff_of(step: prune_sql.Step, settings: RetentionSettings, now: datetime) -> datetime:
@@ -79,7 +84,7 @@ async def prune(
         raise PruneBusy("another prune of this ledger is running: this one did nothing")
     try:
         if dry_run:
-            return PruneResult(None, [await _dry_step(conn, s, settings, now) for s in prune_sql.STEPS])
+            return await _dry_run(conn, settings, now)
         return await _run(conn, settings, now)
     finally:
         await conn.rollback()
@@ -98,8 +103,13 @@ async def _run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneR
     await conn.commit()
     log.info("ledger prune run=%d started archive_dir=%s", run_id, settings.archive_dir)
     results: list[StepResult] = []
+    parts: list[PartitionResult] = []
     try:
         for step in prune_sql.STEPS:
+            spec = prune_partitions.SPECS.get(step.table)
+            if spec is not None:  # whole partitions first, then the rows left (bounded DELETEs)
+                cutoff = cutoff_of(step, settings, now)
+                parts += await prune_partitions.prune_table(conn, run_id, spec, settings, cutoff)
             res = await _step(conn, run_id, step, settings, now)
             results.append(res)
             log.info(
@@ -120,7 +130,7 @@ async def _run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneR
             raise ArchiveError(f"the archive could not be written: {exc}") from exc
         raise
     await _finish(conn, run_id, "done", None)
-    return PruneResult(run_id, results)
+    return PruneResult(run_id, results, parts)
 
 
 async def _finish(conn: Conn, run_id: int, outcome: str, error: str | None) -> None:
@@ -165,6 +175,17 @@ async def _step(
     )
     await conn.commit()
     return res
+
+
+async def _dry_run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneResult:
+    """Per step what would go; and the time partitions that would be taken whole (their rows are
+    counted in their step's rows too: a run takes them by partition first)."""
+    parts: list[PartitionResult] = []
+    for step in prune_sql.STEPS:
+        spec = prune_partitions.SPECS.get(step.table)
+        if spec is not None:
+            parts += await prune_partitions.dry_run(conn, spec, cutoff_of(step, settings, now))
+    return PruneResult(None, [await _dry_step(conn, s, settings, now) for s in prune_sql.STEPS], parts)
 
 
 async def _dry_step(

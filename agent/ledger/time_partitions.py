@@ -87,7 +87,9 @@ def period_start(at: datetime, period: str) -> datetime:
 def next_start(start: datetime, period: str) -> datetime:
     if period == "day":
         return start + timedelta(days=1)
-    return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    if start.month == 12:
+        return start.replace(year=start.year + 1, month=1)
+    return start.replace(month=start.month + 1)
 
 
 def wanted(now: datetime, period: str, ahead: int) -> list[tuple[datetime, datetime]]:
@@ -101,9 +103,7 @@ def wanted(now: datetime, period: str, ahead: int) -> list[tuple[datetime, datet
     return out
 
 
-def uncovered(
-    span: tuple[datetime, datetime], have: list[Partition]
-) -> list[tuple[datetime, datetime]]:
+def uncovered(span: tuple[datetime, datetime], have: list[Partition]) -> list[tuple[datetime, datetime]]:
     """The parts of `span` no (range) partition covers."""
     gaps = [span]
     for p in have:
@@ -153,7 +153,7 @@ async def ensure(
                 try:
                     made.append(await create(conn, table, lo, hi, modulus))
                 except psycopg.errors.LockNotAvailable as exc:
-                    log.warning("partition of %s from %s not made now (its table is busy): %s", table, lo, exc)
+                    log.warning("partition of %s from %s not made now (table busy): %s", table, lo, exc)
                 except (psycopg.errors.DuplicateTable, psycopg.errors.InvalidObjectDefinition) as exc:
                     log.info("partition of %s from %s made by another ledger meanwhile: %s", table, lo, exc)
     await conn.rollback()
@@ -167,7 +167,7 @@ async def create(conn: Conn, table: str, lo: datetime, hi: datetime, modulus: in
     rows the DEFAULT partition holds for it moved in; one transaction."""
     name = name_of(table, lo)
     col = sql.Identifier(COLUMN[table])
-    t, part, dflt = sql.Identifier(table), sql.Identifier(name), sql.Identifier(f"{table}_default")
+    t, dflt = sql.Identifier(table), sql.Identifier(f"{table}_default")
     in_range = sql.SQL("{} >= {} AND {} < {}").format(col, sql.Literal(lo), col, sql.Literal(hi))
     async with conn.transaction():
         await conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
@@ -178,33 +178,12 @@ async def create(conn: Conn, table: str, lo: datetime, hi: datetime, modulus: in
         moving = bool(row and row[0])
         if moving:
             await conn.execute(
-                sql.SQL("CREATE TEMP TABLE partition_moving ON COMMIT DROP AS SELECT * FROM {} WHERE {}").format(
-                    dflt, in_range
-                )
+                sql.SQL(
+                    "CREATE TEMP TABLE partition_moving ON COMMIT DROP AS SELECT * FROM {} WHERE {}"
+                ).format(dflt, in_range)
             )
             await conn.execute(sql.SQL("DELETE FROM {} WHERE {}").format(dflt, in_range))
-        by_source = sql.SQL(" PARTITION BY HASH (source)") if modulus else sql.SQL("")
-        await conn.execute(
-            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({}){}").format(
-                part, t, sql.Literal(lo), sql.Literal(hi), by_source
-            )
-        )
-        leaves = [name]
-        if modulus:
-            leaves = [f"{name}_h{i}" for i in range(modulus)]
-            for i, leaf in enumerate(leaves):
-                await conn.execute(
-                    sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS {}, REMAINDER {})").format(
-                        sql.Identifier(leaf), part, sql.Literal(modulus), sql.Literal(i)
-                    )
-                )
-        if table == "arrival":
-            for leaf in leaves:
-                await conn.execute(
-                    sql.SQL("CREATE UNIQUE INDEX {} ON {} (source, arrival_key) NULLS NOT DISTINCT").format(
-                        sql.Identifier(f"{leaf}_arrival_key"), sql.Identifier(leaf)
-                    )
-                )
+        await _make(conn, table, name, lo, hi, modulus)
         if moving:
             cols = await columns(conn, table)
             await conn.execute(
@@ -213,6 +192,29 @@ async def create(conn: Conn, table: str, lo: datetime, hi: datetime, modulus: in
                 )
             )
     return name
+
+
+async def _make(conn: Conn, table: str, name: str, lo: datetime, hi: datetime, modulus: int) -> None:
+    part = sql.Identifier(name)
+    by_source = sql.SQL(" PARTITION BY HASH (source)") if modulus else sql.SQL("")
+    await conn.execute(
+        sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({}){}").format(
+            part, sql.Identifier(table), sql.Literal(lo), sql.Literal(hi), by_source
+        )
+    )
+    leaves = [f"{name}_h{i}" for i in range(modulus)] if modulus else [name]
+    for i, leaf in enumerate(leaves if modulus else []):
+        await conn.execute(
+            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS {}, REMAINDER {})").format(
+                sql.Identifier(leaf), part, sql.Literal(modulus), sql.Literal(i)
+            )
+        )
+    for leaf in leaves if table == "arrival" else []:
+        await conn.execute(
+            sql.SQL("CREATE UNIQUE INDEX {} ON {} (source, arrival_key) NULLS NOT DISTINCT").format(
+                sql.Identifier(f"{leaf}_arrival_key"), sql.Identifier(leaf)
+            )
+        )
 
 
 async def columns(conn: Conn, table: str) -> sql.Composed:
