@@ -7,6 +7,7 @@ and a pruned key's re-delivery is still `duplicate` or `conflict`."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +17,9 @@ import psycopg
 import pytest
 from test_retention_prune import archived_rows, ids, line, record, scalar, settings
 
-from agent.ledger import archive, layout, prune, retention_state, time_partitions
+from agent.core.intake import parse_delivery
+from agent.ledger import arbiter, archive, layout, prune, retention_state, time_partitions
+from agent.ledger.arrivals import Arrival
 from agent.ledger.config import NotifyRule
 from agent.ledger.connection import connect
 from agent.ledger.retention_config import DAY, RetentionSettings
@@ -179,3 +182,23 @@ async def test_notification_partitions_keep_what_is_not_sent(conn: Conn, tmp_pat
     (part,) = [p for p in result.partitions if p.partition == this_month]
     assert (part.archived, part.kept, part.dropped) == (1, 1, False), "the pending one stays"
     assert await scalar(conn, "SELECT state FROM notification") == "pending"
+
+
+async def test_two_instances_racing_on_one_delivery_record_one_arrival(conn: Conn, ledger_dsn: str) -> None:
+    """The arrival key's unique index is on each leaf partition now: the loser of a race is still
+    told (its batch retried) and gets the winner's decision, one arrival row."""
+    await time_partitions.ensure(conn, "month", 0, now=NOW)
+    at = NOW.isoformat().replace("+00:00", "Z")
+    batch = [Arrival(parse_delivery(line("T1"), arrival_at=at, receiver="t", line=1), "gw-1", "import")]
+    other = await connect(ledger_dsn)
+    try:
+        async with conn.transaction():
+            first = await arbiter.decide_batch(conn, batch, NOW)
+            racing = asyncio.create_task(arbiter.record(other, batch, now=NOW))
+            await asyncio.sleep(0.5)
+            assert not racing.done(), "waits on the winner's uncommitted rows"
+        second = await asyncio.wait_for(racing, 30)
+    finally:
+        await other.close()
+    assert [o.decision.value for o in first] == [o.decision.value for o in second] == ["inserted"]
+    assert await scalar(conn, "SELECT count(*) FROM arrival") == 1
