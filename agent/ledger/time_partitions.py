@@ -131,16 +131,26 @@ def name_of(table: str, lo: datetime) -> str:
     return f"{table}_{lo:%Y%m%d_%H%M%S}"
 
 
+async def period_in_use(conn: Conn) -> str:
+    """The period of the newest time partition of `arrival` (a day or shorter: `day`), else the
+    default: what `ledger migrate` and `ledger import` (no `retention:` read) keep making."""
+    spans = [p.upper - p.lower for p in await partitions(conn, "arrival") if p.lower and p.upper]
+    await conn.rollback()
+    return "day" if spans and spans[-1] <= timedelta(days=1) else DEFAULT_PERIOD
+
+
 async def ensure(
-    conn: Conn, period: str = DEFAULT_PERIOD, ahead: int = DEFAULT_AHEAD, now: datetime | None = None
+    conn: Conn, period: str | None = DEFAULT_PERIOD, ahead: int = DEFAULT_AHEAD, now: datetime | None = None
 ) -> list[str]:
     """Make what is missing of the current and the next `ahead` periods; returns the names made.
-    A period that cannot be made now (its table busy past LOCK_TIMEOUT) is logged and left for the
-    next call: until then its rows go to the DEFAULT partition, nothing is refused."""
+    `period` None: the period in use (`period_in_use`). A period that cannot be made now (its table
+    busy past LOCK_TIMEOUT) is logged and left for the next call: until then its rows go to the
+    DEFAULT partition, nothing is refused."""
+    await conn.rollback()
+    period = period or await period_in_use(conn)
     if period not in PERIODS:
         raise ValueError(f"partition period must be one of {PERIODS}, not {period!r}")
     now = now or datetime.now(UTC)
-    await conn.rollback()
     made: list[str] = []
     modulus = await hash_modulus(conn)
     for table in COLUMN:
