@@ -8,6 +8,7 @@ and a pruned key's re-delivery is still `duplicate` or `conflict`."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_ledger_cli import ledger
 from test_retention_prune import archived_rows, ids, line, record, scalar, settings
 
 from agent.core.intake import parse_delivery
@@ -202,3 +204,24 @@ async def test_two_instances_racing_on_one_delivery_record_one_arrival(conn: Con
         await other.close()
     assert [o.decision.value for o in first] == [o.decision.value for o in second] == ["inserted"]
     assert await scalar(conn, "SELECT count(*) FROM arrival") == 1
+
+
+async def test_prune_dry_run_and_check_name_the_partitions_as_processes(
+    conn: Conn, ledger_dsn: str, tmp_path: Path
+) -> None:
+    await fill_two_past_months(conn)
+    cfg = tmp_path / "ledger.yaml"
+    cfg.write_text(
+        "http: {listen: '127.0.0.1:1'}\n"
+        f"retention:\n  archive_dir: {tmp_path / 'archive'}\n  arrivals: 30d\n  partition: month\n"
+    )
+    p1, p2 = time_partitions.name_of("arrival", M1), time_partitions.name_of("arrival", M2)
+    dry = ledger(ledger_dsn, "prune", "-c", str(cfg), "--dry-run").stdout
+    assert "time partitions would be taken whole" in dry
+    assert f"{p1}: 1 of 2 rows would go, then truncated, 1 kept rows stay in it" in dry
+    assert f"{p2}: 2 of 2 rows would go, then dropped" in dry and "(arrivals)" in dry
+    done = json.loads(ledger(ledger_dsn, "prune", "-c", str(cfg), "--json").stdout)
+    got = {p["partition"]: (p["pruned"], p["dropped"]) for p in done["partitions"] if p["table"] == "arrival"}
+    assert got == {p1: (1, False), p2: (2, True)}
+    check = ledger(ledger_dsn, "check").stdout
+    assert f"oldest partition of arrival: {p1} (rows up to {M2:%Y-%m-%d %H:%M})" in check
