@@ -24,7 +24,10 @@ Before deciding, the arbiter reads the arrivals the batch's keys already have an
 stored decisions: a re-run gives the decisions of the run that committed, and writes no
 arrival, conflict, pending or notification row again. Two ledger instances racing on one key
 are arbitrated by the unique index: the loser's COPY fails, its batch is retried, and the retry
-finds the winner's arrival.
+finds the winner's arrival. Since migration 0007 `arrival` is partitioned by time and the unique
+index is on each leaf partition (a unique key of a partitioned table must hold its partition key):
+the read above spans every partition; the index arbitrates a race inside one period
+(docs/ledger.md, "Time partitions", says the limit at a period boundary).
 """
 
 from __future__ import annotations

@@ -225,3 +225,20 @@ async def test_prune_dry_run_and_check_name_the_partitions_as_processes(
     assert got == {p1: (1, False), p2: (2, True)}
     check = ledger(ledger_dsn, "check").stdout
     assert f"oldest partition of arrival: {p1} (rows up to {M2:%Y-%m-%d %H:%M})" in check
+
+
+def test_the_partition_settings_and_their_errors(tmp_path: Path) -> None:
+    from agent.ledger import config
+
+    f = tmp_path / "ledger.yaml"
+    f.write_text("http: {listen: '127.0.0.1:1'}\nretention:\n  archive_dir: /a\n")
+    r = config.load(f).retention
+    assert r is not None and (r.partition, r.partitions_ahead) == ("month", 2)
+    f.write_text(
+        "http: {listen: '127.0.0.1:1'}\nretention:\n  archive_dir: /a\n  partition: day\n  partitions_ahead: 7\n"
+    )
+    r = config.load(f).retention
+    assert r is not None and (r.partition, r.partitions_ahead) == ("day", 7)
+    f.write_text("http: {listen: '127.0.0.1:1'}\nretention:\n  archive_dir: /a\n  partition: week\n")
+    with pytest.raises(config.ConfigProblems, match=r":4: retention.partition: must be one of month, day"):
+        config.load(f)
