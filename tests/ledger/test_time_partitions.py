@@ -242,3 +242,24 @@ def test_the_partition_settings_and_their_errors(tmp_path: Path) -> None:
     f.write_text("http: {listen: '127.0.0.1:1'}\nretention:\n  archive_dir: /a\n  partition: week\n")
     with pytest.raises(config.ConfigProblems, match=r":4: retention.partition: must be one of month, day"):
         config.load(f)
+
+
+async def test_ledger_run_makes_the_partitions_at_its_start(ledger_dsn: str) -> None:
+    from agent.ledger.prune_schedule import partitions_every
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(partitions_every(ledger_dsn, None, "day", 3, stop, every_s=3600))
+    conn = await connect(ledger_dsn)
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if len(await time_partitions.partitions(conn, "notification")) >= 5:
+                break
+        await conn.rollback()
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        names = {p.name for p in await time_partitions.partitions(conn, "arrival")}
+    finally:
+        await conn.close()
+    today = time_partitions.period_start(datetime.now(UTC), "day")
+    assert time_partitions.name_of("arrival", today) in names and len(names) == 5, names
