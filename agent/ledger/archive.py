@@ -90,6 +90,16 @@ class DayWriter:
                 self._open.tmp.unlink()
             self._open = None
 
+    def discard(self) -> None:
+        """The verified files written so far removed with their manifests (their rows were not
+        pruned after all: a later run archives them again)."""
+        self.abandon()
+        for f in self.written:
+            for path in (f, f.with_name(f.name + MANIFEST)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        self.written = []
+
     def _start(self, day: str) -> _Open:
         folder = self.directory / self.table
         folder.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ Per such partition, oldest first, in one transaction:
    the kept rows stay where they were (a kept reason only grows while the lock is held, so every
    row that leaves is in the file);
 3. a partition left empty is then `DROP`ped (its own short transaction; when its table is busy it
-   is dropped by a later run).
+   is dropped by a later run). A partition whose lock is not had within `lock_timeout` is not
+   truncated (its archive file removed again): its old rows go by the row step that follows.
 
 An archive that cannot be written or does not verify raises `ArchiveError` before the truncate:
 the transaction rolls back, the partition keeps every row. The DEFAULT partition and the
@@ -130,7 +131,14 @@ async def prune_table(
     `retention_table_run` as `<table>_partitions`. Raises ArchiveError (that partition untouched)."""
     out: list[PartitionResult] = []
     for part in await expired(conn, spec.table, cutoff):
-        res = await _one(conn, run_id, spec, part, settings, cutoff)
+        try:
+            res = await _one(conn, run_id, spec, part, settings, cutoff)
+        except psycopg.errors.LockNotAvailable as exc:
+            await conn.rollback()
+            log.warning(
+                "ledger prune run=%d partition=%s left for the next run (busy): %s", run_id, part.name, exc
+            )
+            continue
         log.info(
             "ledger prune run=%d partition=%s rows=%d archived=%d pruned=%d kept=%d dropped=%s",
             run_id,
@@ -184,6 +192,9 @@ async def _one(
             res.files = [str(f) for f in writer.finish()]  # verified, or ArchiveError
             res.archived = writer.rows
             await _truncate(conn, spec, part, res, params)
+    except psycopg.errors.LockNotAvailable:
+        writer.discard()  # nothing pruned: its file goes, the next run writes it again
+        raise
     except BaseException:
         writer.abandon()
         raise

@@ -263,3 +263,29 @@ async def test_ledger_run_makes_the_partitions_at_its_start(ledger_dsn: str) -> 
         await conn.close()
     today = time_partitions.period_start(datetime.now(UTC), "day")
     assert time_partitions.name_of("arrival", today) in names and len(names) == 5, names
+
+
+async def test_a_partition_busy_past_the_lock_timeout_is_not_truncated_its_rows_go_by_the_row_path(
+    conn: Conn, ledger_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await fill_two_past_months(conn)
+    monkeypatch.setattr(time_partitions, "LOCK_TIMEOUT", "200ms")
+    p1, p2 = time_partitions.name_of("arrival", M1), time_partitions.name_of("arrival", M2)
+    reader = await connect(ledger_dsn)
+    try:
+        await reader.execute(f"SELECT count(*) FROM {p2}".encode())  # a reader's open transaction
+        result = await prune.prune(conn, settings(tmp_path, arrivals_s=ARRIVALS_30D), now=NOW)
+    finally:
+        await reader.close()
+    assert [p.partition for p in result.partitions if p.table == "arrival"] == [p1], "p2 left for later"
+    files = [f.name for f in (tmp_path / "archive" / "arrival").iterdir()]
+    assert not [f for f in files if p2 in f], "its partition's archive file removed again"
+    steps = {s.table: s for s in result.steps}
+    assert steps["arrival"].archived == steps["arrival"].pruned == 2, "its rows went by the row path"
+    assert await scalar(conn, f"SELECT count(*) FROM {p2}") == 0
+    assert len(archived_rows(tmp_path / "archive", "arrival")) == 3, "every pruned row archived once"
+    again = await prune.prune(conn, settings(tmp_path, arrivals_s=ARRIVALS_30D), now=NOW)
+    assert [(p.partition, p.rows, p.dropped) for p in again.partitions if p.table == "arrival"] == [
+        (p1, 1, False),
+        (p2, 0, True),
+    ], "the emptied partition dropped by the next run"
