@@ -8,7 +8,7 @@ re-deliveries of the batch before from another gateway, through `arbiter.record`
 reads each batch's arrival keys in every partition (`arrival_keys.READ_KNOWN`), so this is the cost
 of keeping many partitions.
 
-    python bench/ledger_partition_count.py                 # 1, 31, 91 and 366 partitions
+    python bench/ledger_partition_count.py                 # 0 (version 6: not partitioned), 1, 31, 91, 366
 """
 
 from __future__ import annotations
@@ -47,14 +47,22 @@ def batch_of(n: int, start: int, gateway: str, at: str) -> list[Arrival]:
 
 
 async def one(cluster: pgcluster.Cluster, count: int, batches: int, size: int) -> dict[str, Any]:
-    name = f"count_{count}"
+    name = f"count_{count}_{time.monotonic_ns()}"
     with psycopg.connect(cluster.dsn(), autocommit=True) as c:
         c.execute(f"CREATE DATABASE {name}".encode())
     conn = await connect(cluster.dsn(name))
     try:
-        await migrations.migrate(conn)
         now = datetime.now(UTC)
-        await time_partitions.ensure(conn, "day", count - 1, now=now - timedelta(days=count - 1))
+        if count == 0:  # the baseline: version 6, `arrival` not partitioned
+            every = migrations.migrations()
+            real, migrations.migrations = migrations.migrations, lambda: every[:6]  # type: ignore[assignment]
+            try:
+                await migrations.migrate(conn)
+            finally:
+                migrations.migrations = real  # type: ignore[assignment]
+        else:
+            await migrations.migrate(conn)
+            await time_partitions.ensure(conn, "day", count - 1, now=now - timedelta(days=count - 1))
         parts = len([p for p in await time_partitions.partitions(conn, "arrival") if not p.default])
         at = now.isoformat().replace("+00:00", "Z")
         t = time.perf_counter()
@@ -79,7 +87,7 @@ async def one(cluster: pgcluster.Cluster, count: int, batches: int, size: int) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--counts", default="1,31,91,366")
+    ap.add_argument("--counts", default="0,1,31,91,366")
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--batch", type=int, default=1000)
     args = ap.parse_args()
