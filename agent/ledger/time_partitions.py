@@ -33,7 +33,7 @@ PERIODS = ("month", "day")
 DEFAULT_PERIOD = "month"
 DEFAULT_AHEAD = 2
 LOCK_ID = 0x6C6564706172  # "ledpar": one maker of partitions at a time per database
-LOCK_TIMEOUT = "10s"  # a partition is made under a short lock of its table; never queue intake long
+LOCK_TIMEOUT = "2s"  # a waiting ACCESS EXCLUSIVE request queues intake behind it: never long
 
 # Each partition of a table with its bounds (NULL: MINVALUE / MAXVALUE) and whether it is DEFAULT.
 PARTITIONS = r"""
