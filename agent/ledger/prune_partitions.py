@@ -136,7 +136,10 @@ async def prune_table(
         except psycopg.errors.LockNotAvailable as exc:
             await conn.rollback()
             log.warning(
-                "ledger prune run=%d partition=%s left for the next run (busy): %s", run_id, part.name, exc
+                "ledger prune run=%d partition=%s not truncated (busy), its rows go by the row step: %s",
+                run_id,
+                part.name,
+                exc,
             )
             continue
         log.info(
