@@ -289,3 +289,20 @@ async def test_a_partition_busy_past_the_lock_timeout_is_not_truncated_its_rows_
         (p1, 1, False),
         (p2, 0, True),
     ], "the emptied partition dropped by the next run"
+
+
+async def test_ledger_migrate_makes_the_partitions_and_keeps_the_period_in_use(pg_dsn: str) -> None:
+    assert "migrated to version" in ledger(pg_dsn, "migrate").stdout
+    c = await connect(pg_dsn)
+    try:
+        months = [p for p in await time_partitions.partitions(c, "arrival") if not p.default]
+        assert len(months) == 3 and months[0].lower == time_partitions.period_start(
+            datetime.now(UTC), "month"
+        )
+        # a ledger run with `partition: day` ahead of a month boundary: the period in use is day
+        later = time_partitions.next_start(time_partitions.next_start(months[-1].lower, "month"), "month")
+        await time_partitions.ensure(c, "day", 0, now=later)
+        assert await time_partitions.period_in_use(c) == "day"
+    finally:
+        await c.close()
+    assert "nothing to do" in ledger(pg_dsn, "migrate").stdout
