@@ -5,7 +5,8 @@ arrivals, canonical payloads, identities beyond the horizon), in that order:
 
 0. for `notification` and `arrival`, every time partition wholly before the cutoff is archived
    (a file per partition) and truncated, and dropped when nothing in it is kept
-   (`agent.ledger.prune_partitions`); the rows left go by the steps below;
+   (`agent.ledger.prune_partitions`); their row steps below take only the rows of the DEFAULT and
+   legacy partitions (a period partition's rows go with it, never row by row);
 1. the candidates (older than the step's period, named by nothing kept) are streamed from one
    statement into the archive (`agent.ledger.archive`: a file per day, fsynced, renamed, read
    back and verified); at most `batch * 100` rows per step and run (the next run goes on);
@@ -148,7 +149,8 @@ async def _step(
     res = StepResult(step.table, step.setting, cutoff, step.why)
     writer = DayWriter(Path(settings.archive_dir), step.table, run_id, step.id_field, step.why)
     ids: list[int] = []
-    sql = "SELECT * FROM (" + step.select + ") s ORDER BY 1, 2 LIMIT %(limit)s"
+    select = await prune_partitions.row_select(conn, step.table, step.select)
+    sql = "SELECT * FROM (" + select + ") s ORDER BY 1, 2 LIMIT %(limit)s"
     try:
         async with conn.cursor(name=f"prune_{step.table}") as cur:
             cur.itersize = 2000
@@ -178,8 +180,7 @@ async def _step(
 
 
 async def _dry_run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneResult:
-    """Per step what would go; and the time partitions that would be taken whole (their rows are
-    counted in their step's rows too: a run takes them by partition first)."""
+    """Per step what would go row by row; and the time partitions that would be taken whole."""
     parts: list[PartitionResult] = []
     for step in prune_sql.STEPS:
         spec = prune_partitions.SPECS.get(step.table)
@@ -193,7 +194,8 @@ async def _dry_step(
 ) -> StepResult:
     cutoff = cutoff_of(step, settings, now)
     res = StepResult(step.table, step.setting, cutoff, step.why)
-    sql = "SELECT count(*), min(s.at) FROM (" + step.select + ") AS s(day, id, at, line)"
+    select = await prune_partitions.row_select(conn, step.table, step.select)
+    sql = "SELECT count(*), min(s.at) FROM (" + select + ") AS s(day, id, at, line)"
     cur = await conn.execute(sql.encode(), {"cutoff": cutoff})
     row = await cur.fetchone()
     await conn.rollback()

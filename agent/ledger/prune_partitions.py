@@ -16,14 +16,16 @@ Per such partition, oldest first, in one transaction:
    truncated (its archive file removed again): its old rows go by the row step that follows.
 
 An archive that cannot be written or does not verify raises `ArchiveError` before the truncate:
-the transaction rolls back, the partition keeps every row. The DEFAULT partition and the
-partition the cutoff falls in are never taken here: their old rows go by the row steps
-(`prune_sql.STEPS`, bounded DELETEs), which run after this.
+the transaction rolls back, the partition keeps every row. A period partition's rows go only
+with it (never row by row): a row stays at least its period, at most its period plus the
+partition's length. The row steps (`prune_sql.STEPS`, bounded DELETEs, run after this) read
+only the DEFAULT partition and the legacy one of a migrated ledger (`row_select`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +41,8 @@ from agent.ledger.retention_config import RetentionSettings
 from agent.ledger.time_partitions import Partition
 
 log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")  # the partitions' names (made by the ledger or migration 0007)
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -87,6 +91,56 @@ class PartitionResult:
     pruned: int = 0
     dropped: bool = False  # --dry-run: would be
     files: list[str] = field(default_factory=list)
+
+
+async def row_relations(conn: Conn, table: str) -> list[str] | None:
+    """Where a table's rows go row by row: None for the whole table (not partitioned by time), else
+    its DEFAULT partition and the legacy one of a migrated ledger (`FROM (MINVALUE)`). A row of a
+    period partition goes with its partition, never row by row."""
+    if table not in SPECS or not await time_partitions.time_partitioned(conn, table):
+        return None
+    rels = [p.name for p in await time_partitions.partitions(conn, table) if p.default or p.lower is None]
+    await conn.rollback()
+    for rel in rels:
+        if not _NAME.fullmatch(rel):
+            raise LedgerError(f"unexpected partition name {rel!r}")
+    return rels
+
+
+def on(select: str, table: str, rel: str) -> str:
+    """`select` reading the partition `rel` where it read `table` (`FROM <table> `)."""
+    return select.replace(f"FROM {table} ", f'FROM "{rel}" ')
+
+
+async def row_select(conn: Conn, table: str, select: str) -> str:
+    """A row step's candidates (`prune_sql.STEPS`) from where the table's rows go row by row."""
+    rels = await row_relations(conn, table)
+    if rels is None:
+        return select
+    if not rels:
+        return "SELECT NULL::text, NULL::bigint, NULL::timestamptz, NULL::text WHERE false"
+    return " UNION ALL ".join("(" + on(select, table, rel) + ")" for rel in rels)
+
+
+async def oldest_due(conn: Conn, table: str) -> datetime | None:
+    """Where the oldest period partition holding a row a prune would take ends (its rows go when
+    that end is past the period, so they count from it), or None."""
+    spec = SPECS[table]
+    for part in await time_partitions.partitions(conn, table):
+        if part.default or part.lower is None or part.upper is None:
+            continue
+        cur = await conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} {} WHERE NOT {})").format(
+                sql.Identifier(part.name), sql.SQL(spec.alias), sql.SQL(spec.kept)
+            ),
+            {"cutoff": "infinity"},
+        )
+        row = await cur.fetchone()
+        if row and row[0]:
+            await conn.rollback()
+            return part.upper
+    await conn.rollback()
+    return None
 
 
 async def expired(conn: Conn, table: str, cutoff: datetime) -> list[Partition]:

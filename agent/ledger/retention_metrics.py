@@ -1,7 +1,8 @@
 """Retention on the ledger's `/metrics` (read from the database at each scrape with the rest):
 
 * `edge_ledger_table_bytes{table}`: `pg_total_relation_size` (a partitioned table's partitions summed);
-* `edge_ledger_oldest_row_age_seconds{table}`: the oldest row a prune could take (0 when none),
+* `edge_ledger_oldest_row_age_seconds{table}`: the oldest row a prune could take (0 when none; a
+  time partition's rows counted from where the partition ends: they go with it),
   and `edge_ledger_retention_period_seconds{table}`: the period the last prune kept it for
   (0 before the first prune): the alert EdgeLedgerPruneBehind compares the two;
 * `edge_ledger_rows_pruned{table}`, `edge_ledger_rows_archived{table}`: over every prune run

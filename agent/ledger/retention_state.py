@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from agent.ledger import prune_sql, time_partitions
+from agent.ledger import prune_partitions, prune_sql, time_partitions
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -65,6 +65,24 @@ COUNTS = (
 )
 
 
+async def _oldest(conn: Conn, table: str, sql: str) -> datetime | None:
+    """The oldest row a prune could take. On a table partitioned by time, the rows of its DEFAULT
+    and legacy partitions by their own time, and a period partition's by where it ends (they go
+    with it: `prune_partitions.oldest_due`)."""
+    rels = await prune_partitions.row_relations(conn, table)
+    found: list[datetime] = []
+    for text in [sql] if rels is None else [prune_partitions.on(sql, table, r) for r in rels]:
+        cur = await conn.execute(text.encode())  # our own text
+        row = await cur.fetchone()
+        if row and row[0] is not None:
+            found.append(row[0])
+    if rels is not None:
+        due = await prune_partitions.oldest_due(conn, table)
+        found += [due] if due is not None else []
+    await conn.rollback()
+    return min(found) if found else None
+
+
 async def stored_horizon(conn: Conn) -> float | None:
     """The identity horizon (seconds) of the last prune that ran, or None (never pruned)."""
     cur = await conn.execute(
@@ -84,9 +102,7 @@ async def read(conn: Conn) -> dict[str, Any]:
     totals = {str(r[0]): {"archived": int(r[1]), "pruned": int(r[2])} for r in await cur.fetchall()}
     oldest: dict[str, datetime | None] = {}
     for table, sql in OLDEST.items():
-        cur = await conn.execute(sql.encode())  # our own text
-        row = await cur.fetchone()
-        oldest[table] = row[0] if row else None
+        oldest[table] = await _oldest(conn, table, sql)
     cur = await conn.execute(COUNTS)
     counts = await cur.fetchone()
     assert counts is not None

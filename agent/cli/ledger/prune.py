@@ -100,7 +100,7 @@ def partition_lines(parts: list[Any], dry_run: bool) -> list[str]:
     out = []
     if parts:
         head = "would be taken whole" if dry_run else "taken whole"
-        out.append(f"  time partitions {head} (their rows are in the counts above on a dry run):")
+        out.append(f"  time partitions {head} (a period partition's rows go with it, never row by row):")
     for p in parts:
         lo = "the oldest rows" if p.lower is None else f"{p.lower:%Y-%m-%d %H:%M}Z"
         span_ = (
