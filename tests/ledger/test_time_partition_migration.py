@@ -106,3 +106,33 @@ async def test_version_6_with_rows_migrates_to_7_losing_nothing_and_keeping_deci
         assert [oc.canonical_id for oc in last] == [oc.canonical_id for oc in other], "still decided alike"
     finally:
         await conn.close()
+
+
+async def test_the_legacy_partition_goes_row_by_row_until_it_is_past_its_period(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    conn = await connect(pg_dsn)
+    try:
+        await at_version_6(conn, False, monkeypatch)
+        await arbiter.record(conn, mixed_batch())
+        await arbiter.record(conn, from_gateway(mixed_batch(), "gw-other"))
+        assert await migrations.migrate(conn) == [7]
+        await time_partitions.ensure(conn, "month", 1)
+        total = await scalar(conn, "SELECT count(*) FROM arrival")
+        soon = datetime.now(UTC) + timedelta(days=2)  # the legacy partition ends at a month's start
+        result = await prune.prune(conn, settings(tmp_path, arrivals_s=1 * DAY), now=soon)
+        assert not [p for p in result.partitions if p.table == "arrival"], "not past its period yet"
+        steps = {s.table: s for s in result.steps}
+        assert steps["arrival"].pruned > 0 and steps["arrival"].pruned == steps["arrival"].archived
+        left = await scalar(conn, "SELECT count(*) FROM arrival_legacy")
+        assert left == total - steps["arrival"].pruned and left > 0, "the kept ones stay"
+        again = await arbiter.record(conn, from_gateway(mixed_batch(), "gw-third"), now=soon)
+        assert {oc.decision.value for oc in again} <= {
+            "duplicate",
+            "conflict",
+            "identity_incomplete",
+            "rejected",
+        }
+        assert await scalar(conn, "SELECT count(*) FROM canonical_event") == 1
+    finally:
+        await conn.close()
