@@ -109,7 +109,7 @@ async def record(
             log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
             await asyncio.sleep(0.01 * attempt)
         except pg_errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != arrival_keys.CONSTRAINT:
+            if not arrival_keys.is_key_violation(exc.diag.constraint_name):
                 raise
             # another instance committed an arrival of this batch meanwhile: the retry finds it
             log.info(

@@ -4,11 +4,12 @@ anything is deleted (ledger.md "Retention and the identity horizon").
 
     <archive_dir>/<table>/<table>-<YYYY-MM-DD>-run<N>.jsonl.gz
     <archive_dir>/<table>/<table>-<YYYY-MM-DD>-run<N>.jsonl.gz.manifest.json
+    <archive_dir>/<table>/<table>-<partition>-run<N>.jsonl.gz   (a whole time partition's rows)
 
 A line is one row as PostgreSQL's `to_jsonb` writes it (column names as keys; `bytea` as
-`\\x`-prefixed hex, times in RFC 3339). The manifest: `table`, `day`, `file`, `rows`, `bytes`,
-`sha256` (of the compressed file), `id_field`, `first_id`, `last_id`, `first_time`,
-`last_time`, `run`, `reason`, `written_at`. No database here: files only.
+`\\x`-prefixed hex, times in RFC 3339). The manifest: `table`, `day` (or `partition`: its
+name), `file`, `rows`, `bytes`, `sha256` (of the compressed file), `id_field`, `first_id`,
+`last_id`, `first_time`, `last_time`, `run`, `reason`, `written_at`. No database here: files only.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class DayWriter:
     run: int
     id_field: str
     reason: str
+    unit: str = "day"  # the manifest's key for the file's day (or "partition": its name)
     written: list[Path] = field(default_factory=list)  # the verified data files
     rows: int = 0
     _open: _Open | None = None
@@ -88,6 +90,16 @@ class DayWriter:
                 self._open.tmp.unlink()
             self._open = None
 
+    def discard(self) -> None:
+        """The verified files written so far removed with their manifests (their rows were not
+        pruned after all: a later run archives them again)."""
+        self.abandon()
+        for f in self.written:
+            for path in (f, f.with_name(f.name + MANIFEST)):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        self.written = []
+
     def _start(self, day: str) -> _Open:
         folder = self.directory / self.table
         folder.mkdir(parents=True, exist_ok=True)
@@ -107,7 +119,7 @@ class DayWriter:
         manifest = {
             "format": FORMAT,
             "table": self.table,
-            "day": o.day,
+            self.unit: o.day,
             "file": final.name,
             "rows": o.rows,
             "bytes": o.tmp.stat().st_size,

@@ -24,7 +24,10 @@ Before deciding, the arbiter reads the arrivals the batch's keys already have an
 stored decisions: a re-run gives the decisions of the run that committed, and writes no
 arrival, conflict, pending or notification row again. Two ledger instances racing on one key
 are arbitrated by the unique index: the loser's COPY fails, its batch is retried, and the retry
-finds the winner's arrival.
+finds the winner's arrival. Since migration 0007 `arrival` is partitioned by time and the unique
+index is on each leaf partition (a unique key of a partitioned table must hold its partition key):
+the read above spans every partition; the index arbitrates a race inside one period
+(docs/ledger.md, "Time partitions", says the limit at a period boundary).
 """
 
 from __future__ import annotations
@@ -42,6 +45,14 @@ from agent.ledger.arrivals import Arrival
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 CONSTRAINT = "arrival_key"
+
+
+def is_key_violation(name: str | None) -> bool:
+    """A unique violation of an arrival key: the constraint of a plain table, or the unique index
+    on (source, arrival_key) of a partition (`<partition>_arrival_key`, or PostgreSQL's own name
+    of a hash partition's `<partition>_source_arrival_key_key`: the column's name is in every one)."""
+    return name is not None and CONSTRAINT in name
+
 
 # The batch's keys are sent once (they were sent twice, one copy for each branch).
 READ_KNOWN = """

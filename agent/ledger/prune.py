@@ -3,6 +3,10 @@
 For each step of `prune_sql.STEPS` (reviewed conflicts and pending arrivals, sent notifications,
 arrivals, canonical payloads, identities beyond the horizon), in that order:
 
+0. for `notification` and `arrival`, every time partition wholly before the cutoff is archived
+   (a file per partition) and truncated, and dropped when nothing in it is kept
+   (`agent.ledger.prune_partitions`); their row steps below take only the rows of the DEFAULT and
+   legacy partitions (a period partition's rows go with it, never row by row);
 1. the candidates (older than the step's period, named by nothing kept) are streamed from one
    statement into the archive (`agent.ledger.archive`: a file per day, fsynced, renamed, read
    back and verified); at most `batch * 100` rows per step and run (the next run goes on);
@@ -27,9 +31,10 @@ from typing import Any
 
 import psycopg
 
-from agent.ledger import prune_sql
+from agent.ledger import prune_partitions, prune_sql
 from agent.ledger.archive import ArchiveError, DayWriter
 from agent.ledger.errors import LedgerError
+from agent.ledger.prune_partitions import PartitionResult
 from agent.ledger.retention_config import RetentionSettings
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,7 @@ class StepResult:
 class PruneResult:
     run_id: int | None  # None: a dry run
     steps: list[StepResult]
+    partitions: list[PartitionResult] = field(default_factory=list)  # taken whole (or would be)
 
 
 def cutoff_of(step: prune_sql.Step, settings: RetentionSettings, now: datetime) -> datetime:
@@ -79,7 +85,7 @@ async def prune(
         raise PruneBusy("another prune of this ledger is running: this one did nothing")
     try:
         if dry_run:
-            return PruneResult(None, [await _dry_step(conn, s, settings, now) for s in prune_sql.STEPS])
+            return await _dry_run(conn, settings, now)
         return await _run(conn, settings, now)
     finally:
         await conn.rollback()
@@ -98,8 +104,13 @@ async def _run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneR
     await conn.commit()
     log.info("ledger prune run=%d started archive_dir=%s", run_id, settings.archive_dir)
     results: list[StepResult] = []
+    parts: list[PartitionResult] = []
     try:
         for step in prune_sql.STEPS:
+            spec = prune_partitions.SPECS.get(step.table)
+            if spec is not None:  # whole partitions first, then the rows left (bounded DELETEs)
+                cutoff = cutoff_of(step, settings, now)
+                parts += await prune_partitions.prune_table(conn, run_id, spec, settings, cutoff)
             res = await _step(conn, run_id, step, settings, now)
             results.append(res)
             log.info(
@@ -120,7 +131,7 @@ async def _run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneR
             raise ArchiveError(f"the archive could not be written: {exc}") from exc
         raise
     await _finish(conn, run_id, "done", None)
-    return PruneResult(run_id, results)
+    return PruneResult(run_id, results, parts)
 
 
 async def _finish(conn: Conn, run_id: int, outcome: str, error: str | None) -> None:
@@ -138,7 +149,8 @@ async def _step(
     res = StepResult(step.table, step.setting, cutoff, step.why)
     writer = DayWriter(Path(settings.archive_dir), step.table, run_id, step.id_field, step.why)
     ids: list[int] = []
-    sql = "SELECT * FROM (" + step.select + ") s ORDER BY 1, 2 LIMIT %(limit)s"
+    select = await prune_partitions.row_select(conn, step.table, step.select)
+    sql = "SELECT * FROM (" + select + ") s ORDER BY 1, 2 LIMIT %(limit)s"
     try:
         async with conn.cursor(name=f"prune_{step.table}") as cur:
             cur.itersize = 2000
@@ -167,12 +179,23 @@ async def _step(
     return res
 
 
+async def _dry_run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneResult:
+    """Per step what would go row by row; and the time partitions that would be taken whole."""
+    parts: list[PartitionResult] = []
+    for step in prune_sql.STEPS:
+        spec = prune_partitions.SPECS.get(step.table)
+        if spec is not None:
+            parts += await prune_partitions.dry_run(conn, spec, cutoff_of(step, settings, now))
+    return PruneResult(None, [await _dry_step(conn, s, settings, now) for s in prune_sql.STEPS], parts)
+
+
 async def _dry_step(
     conn: Conn, step: prune_sql.Step, settings: RetentionSettings, now: datetime
 ) -> StepResult:
     cutoff = cutoff_of(step, settings, now)
     res = StepResult(step.table, step.setting, cutoff, step.why)
-    sql = "SELECT count(*), min(s.at) FROM (" + step.select + ") AS s(day, id, at, line)"
+    select = await prune_partitions.row_select(conn, step.table, step.select)
+    sql = "SELECT count(*), min(s.at) FROM (" + select + ") AS s(day, id, at, line)"
     cur = await conn.execute(sql.encode(), {"cutoff": cutoff})
     row = await cur.fetchone()
     await conn.rollback()

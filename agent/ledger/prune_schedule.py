@@ -2,7 +2,8 @@
 one prune at a time (this loop runs them one after the other; the database lock keeps a second
 instance's out), each on a connection of its own, logged. A failed prune (the archive could not
 be written, PostgreSQL away) is logged and tried again at the next turn; it never stops the
-ledger."""
+ledger. Before each prune, and at the start and every hour with or without `retention:`
+(`partitions_every`), the time partitions ahead are made (`agent.ledger.time_partitions`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,42 @@ from agent.ledger.retention_config import RetentionSettings
 log = logging.getLogger(__name__)
 
 FIRST_AFTER_S = 30.0
+PARTITIONS_EVERY_S = 3600.0
+
+
+async def partitions_every(
+    dsn: str | None,
+    password: str | None,
+    period: str,
+    ahead: int,
+    stop: asyncio.Event,
+    every_s: float = PARTITIONS_EVERY_S,
+) -> None:
+    """Until `stop`: the time partitions ahead now, then every `every_s`."""
+    while not stop.is_set():
+        await keep_partitions(dsn, password, period, ahead)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every_s)
+
+
+async def keep_partitions(dsn: str | None, password: str | None, period: str, ahead: int) -> None:
+    """Once: the current and the next `ahead` periods' partitions; a failure is logged (rows
+    go to the DEFAULT partition meanwhile: nothing is refused)."""
+    from agent.ledger import time_partitions
+    from agent.ledger.connection import connect
+
+    try:
+        conn = await connect(dsn, password=password)
+    except LedgerUnavailable as exc:
+        log.warning("time partitions not made now: %s", exc)
+        return
+    try:
+        await time_partitions.ensure(conn, period, ahead)
+    except (LedgerError, psycopg.Error) as exc:
+        log.error("time partitions not made now: %s", exc)
+    finally:
+        with contextlib.suppress(psycopg.Error):
+            await conn.close()
 
 
 async def prune_every(
@@ -36,6 +73,7 @@ async def prune_every(
         if stop.is_set():
             return
         wait = settings.every_s
+        await keep_partitions(dsn, password, settings.partition, settings.partitions_ahead)
         await prune_once(dsn, password, settings)
 
 

@@ -10,6 +10,8 @@ retention:
   archive_dir: /var/lib/edge-ledger/archive   # written before anything is dropped
   every: 1h                   # `ledger run` prunes this often
   batch: 5000                 # rows per delete transaction
+  partition: month            # arrival and notification time partitions: month or day
+  partitions_ahead: 2         # made ahead: the current period and this many after it
 ```
 Durations as elsewhere (`30d`, `12h`, `2w`) plus years (`5y` = 5 x 365 days).
 Without the section nothing is ever pruned and no delivery is `beyond_horizon`.
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent.config.units import parse_duration
-from agent.config.yaml_lines import _int_in, _Section, _text
+from agent.config.yaml_lines import _int_in, _one_of, _Section, _text
 
 DAY = 86400.0
 YEAR = 365 * DAY
@@ -42,6 +44,8 @@ class RetentionSettings:
     reviewed_s: float = 365 * DAY
     every_s: float = 3600.0
     batch: int = 5000
+    partition: str = "month"
+    partitions_ahead: int = 2
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +80,8 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
     horizon = s.get("identity_horizon", duration, base.identity_horizon_s)
     every = s.get("every", duration, base.every_s)
     batch = s.get("batch", _int_in(100, 1_000_000), base.batch)
+    partition = s.get("partition", _one_of("month", "day"), base.partition)
+    ahead = s.get("partitions_ahead", _int_in(1, 366), base.partitions_ahead)
     s.finish()
     longer = [name for name, v in periods.items() if v > horizon]
     if longer:
@@ -92,4 +98,6 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
         reviewed_s=periods["reviewed"],
         every_s=every,
         batch=batch,
+        partition=partition,
+        partitions_ahead=ahead,
     )

@@ -1,10 +1,14 @@
 """Retention on the ledger's `/metrics` (read from the database at each scrape with the rest):
 
 * `edge_ledger_table_bytes{table}`: `pg_total_relation_size` (a partitioned table's partitions summed);
-* `edge_ledger_oldest_row_age_seconds{table}`: the oldest row a prune could take (0 when none),
+* `edge_ledger_oldest_row_age_seconds{table}`: the oldest row a prune could take (0 when none; a
+  time partition's rows counted from where the partition ends: they go with it),
   and `edge_ledger_retention_period_seconds{table}`: the period the last prune kept it for
   (0 before the first prune): the alert EdgeLedgerPruneBehind compares the two;
-* `edge_ledger_rows_pruned{table}`, `edge_ledger_rows_archived{table}`: over every prune run;
+* `edge_ledger_rows_pruned{table}`, `edge_ledger_rows_archived{table}`: over every prune run
+  (`arrival_partitions`, `notification_partitions`: the rows of time partitions taken whole);
+* `edge_ledger_oldest_partition_end_timestamp_seconds{table}`: where the oldest time partition of
+  arrival and notification ends (0: none);
 * `edge_ledger_last_prune_timestamp_seconds`, `edge_ledger_last_prune_ok` (1 done, 0 failed or
   never run), `edge_ledger_identities`, `edge_ledger_beyond_horizon_arrivals` (kept, and
   `{state="open"}` not reviewed yet).
@@ -59,7 +63,24 @@ BEYOND = Gauge(
     ["state"],
     registry=None,
 )
-GAUGES = (TABLE_BYTES, OLDEST_AGE, PERIOD, PRUNED, ARCHIVED, LAST_PRUNE, LAST_PRUNE_OK, IDENTITIES, BEYOND)
+OLDEST_PARTITION_END = Gauge(
+    "edge_ledger_oldest_partition_end_timestamp_seconds",
+    "Unix time the oldest time partition's range ends, per table (0: none)",
+    ["table"],
+    registry=None,
+)
+GAUGES = (
+    TABLE_BYTES,
+    OLDEST_AGE,
+    PERIOD,
+    PRUNED,
+    ARCHIVED,
+    LAST_PRUNE,
+    LAST_PRUNE_OK,
+    IDENTITIES,
+    BEYOND,
+    OLDEST_PARTITION_END,
+)
 STEPS = [s.table for s in prune_sql.STEPS]
 for _t in retention_state.SETTING_OF:
     OLDEST_AGE.labels(_t)
@@ -71,6 +92,10 @@ for _t in retention_state.SIZED:
     TABLE_BYTES.labels(_t)
 BEYOND.labels("all")
 BEYOND.labels("open")
+for _t in ("arrival", "notification"):
+    OLDEST_PARTITION_END.labels(_t)
+    PRUNED.labels(f"{_t}_partitions")
+    ARCHIVED.labels(f"{_t}_partitions")
 
 
 async def refresh(conn: Any) -> None:
@@ -93,3 +118,5 @@ async def refresh(conn: Any) -> None:
     IDENTITIES.set(r["identities"])
     BEYOND.labels("all").set(r["beyond_horizon"])
     BEYOND.labels("open").set(r["beyond_horizon_open"])
+    for table, end in r["oldest_partition_end"].items():
+        OLDEST_PARTITION_END.labels(table).set(0 if end is None else end.timestamp())

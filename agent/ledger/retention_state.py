@@ -1,7 +1,8 @@
 """What retention did and what is kept: read for `ledger check`, `/metrics` and the overview page.
 
 The last prune (its settings, outcome, per table the rows archived and pruned), the oldest row
-kept per table, the identities kept (and of them those whose payload is pruned), the
+kept per table, the oldest time partition of arrival and notification (a catalog read), the
+identities kept (and of them those whose payload is pruned), the
 `beyond_horizon` arrivals, and each table's size on disk (`pg_total_relation_size`).
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from agent.ledger import prune_sql
+from agent.ledger import prune_partitions, prune_sql, time_partitions
 
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
@@ -64,6 +65,24 @@ COUNTS = (
 )
 
 
+async def _oldest(conn: Conn, table: str, sql: str) -> datetime | None:
+    """The oldest row a prune could take. On a table partitioned by time, the rows of its DEFAULT
+    and legacy partitions by their own time, and a period partition's by where it ends (they go
+    with it: `prune_partitions.oldest_due`)."""
+    rels = await prune_partitions.row_relations(conn, table)
+    found: list[datetime] = []
+    for text in [sql] if rels is None else [prune_partitions.on(sql, table, r) for r in rels]:
+        cur = await conn.execute(text.encode())  # our own text
+        row = await cur.fetchone()
+        if row and row[0] is not None:
+            found.append(row[0])
+    if rels is not None:
+        due = await prune_partitions.oldest_due(conn, table)
+        found += [due] if due is not None else []
+    await conn.rollback()
+    return min(found) if found else None
+
+
 async def stored_horizon(conn: Conn) -> float | None:
     """The identity horizon (seconds) of the last prune that ran, or None (never pruned)."""
     cur = await conn.execute(
@@ -83,9 +102,7 @@ async def read(conn: Conn) -> dict[str, Any]:
     totals = {str(r[0]): {"archived": int(r[1]), "pruned": int(r[2])} for r in await cur.fetchall()}
     oldest: dict[str, datetime | None] = {}
     for table, sql in OLDEST.items():
-        cur = await conn.execute(sql.encode())  # our own text
-        row = await cur.fetchone()
-        oldest[table] = row[0] if row else None
+        oldest[table] = await _oldest(conn, table, sql)
     cur = await conn.execute(COUNTS)
     counts = await cur.fetchone()
     assert counts is not None
@@ -99,6 +116,7 @@ async def read(conn: Conn) -> dict[str, Any]:
     )
     sizes = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
     await conn.rollback()
+    first = await time_partitions.oldest(conn)  # catalog reads only
     return {
         "last_prune": None
         if last is None
@@ -117,6 +135,8 @@ async def read(conn: Conn) -> dict[str, Any]:
         "beyond_horizon": int(counts[2]),
         "beyond_horizon_open": int(counts[3]),
         "table_bytes": sizes,
+        "oldest_partition": {t: None if p is None else p.name for t, p in first.items()},
+        "oldest_partition_end": {t: None if p is None else p.upper for t, p in first.items()},
     }
 
 
@@ -138,6 +158,10 @@ def describe(r: dict[str, Any]) -> list[str]:
         f"  identities kept: {r['identities']} (payload pruned: {r['identities_payload_pruned']});"
         f" beyond_horizon arrivals: {r['beyond_horizon']} ({r['beyond_horizon_open']} not reviewed)"
     )
+    for table, name in r.get("oldest_partition", {}).items():
+        end = r["oldest_partition_end"][table]
+        upto = "" if name is None or end is None else f" (rows up to {end:%Y-%m-%d %H:%M})"
+        out.append(f"  oldest partition of {table}: {name or 'none (not partitioned by time)'}{upto}")
     sizes = ", ".join(f"{t} {n / 1e6:.1f} MB" for t, n in r["table_bytes"].items())
     out.append(f"  table sizes: {sizes}")
     return out

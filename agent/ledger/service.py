@@ -72,6 +72,7 @@ async def run(
                 tg.create_task(side, name=name)
             if notifier is not None:
                 parts.start("notifier", notifier.run)
+            tg.create_task(_partitions(config, dsn, password, stop), name="partitions")
             if config.retention is not None:
                 from agent.ledger.prune_schedule import prune_every
 
@@ -85,6 +86,18 @@ async def run(
             await http.stop()
         await statuses.close()
         await writer.close()
+
+
+async def _partitions(
+    config: LedgerConfig, dsn: str | None, password: str | None, stop: asyncio.Event
+) -> None:
+    """The time partitions ahead, now and every hour: the period and how many ahead from
+    `retention:` (a month, 2 without it)."""
+    from agent.ledger.prune_schedule import partitions_every
+
+    r = config.retention
+    period, ahead = (r.partition, r.partitions_ahead) if r is not None else ("month", 2)
+    await partitions_every(dsn or config.dsn, password, period, ahead, stop)
 
 
 def _writer(config: LedgerConfig, dsn: str | None, password: str | None) -> Writer:

@@ -6,6 +6,7 @@ else '' (not known); the records themselves unchanged; the fleet reads them afte
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from test_fleet_sites import STORE_ID, T0
 
 from agent.core.intake import parse_delivery
 from agent.core.records import Entry, Transition
-from agent.ledger import arbiter, cloudevents, gateway_status, layout, migrations
+from agent.ledger import arbiter, cloudevents, gateway_status, migrations
 from agent.ledger.arrivals import from_import
 from agent.ledger.connection import connect
 from agent.ledger.web import queries
@@ -30,10 +31,13 @@ def event(site: str, gateway: str, n: int) -> bytes:
     ).body
 
 
+LAYOUT_V6 = Path(__file__).with_name("layout_v6.sql")  # the layout before 0007
+
+
 def layout_at_version_4() -> str:
     """The partitioned layout as it was before migration 0005: 0003's (gateway, received_at) index,
     not the fleet's (no arrival_site yet), and none of 0006's."""
-    lines = layout.script().splitlines(keepends=True)
+    lines = LAYOUT_V6.read_text(encoding="utf-8").splitlines(keepends=True)
     before = "CREATE INDEX arrival_gateway_received ON arrival (gateway, received_at);\n"
     kept = [
         before if "arrival_gateway_site_received" in line else line
@@ -77,7 +81,8 @@ async def test_version_4_rows_get_their_site_and_the_fleet_reads_them(
         monkeypatch.setattr(migrations, "migrations", lambda: every[:5])
         assert await migrations.migrate(conn) == [5]
         monkeypatch.undo()
-        assert await migrations.migrate(conn) == [6]  # retention (0006) applies on both layouts too
+        # retention (0006) and time partitions (0007) apply on both layouts too
+        assert await migrations.migrate(conn) == [6, 7]
         await migrations.check(conn)
         cur = await conn.execute("SELECT site, gateway, status FROM gateway_status ORDER BY gateway")
         rows = await cur.fetchall()
@@ -92,7 +97,8 @@ async def test_version_4_rows_get_their_site_and_the_fleet_reads_them(
         cur = await conn.execute(
             "SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%arrival_site(via, kind, source)%'"
         )
-        assert (await cur.fetchone() or [0])[0] == (5 if partitioned else 1), "the fleet's index"
+        # the table's, the legacy partition's (and its 4 hash partitions'), the default partition's
+        assert (await cur.fetchone() or [0])[0] == (7 if partitioned else 3), "the fleet's index"
 
         # The same gateway name at another site is another row; the fleet reads both kinds.
         assert await gateway_status.record(conn, {"site": "plant-9", "gateway": "gw-1", "at": T0}, "http")

@@ -25,10 +25,19 @@ BIG = {"canonical_event", "arrival", "notification"}
 EVENTS = int(os.environ.get("EDGE_WEB_EXPLAIN_EVENTS", "100000"))
 
 
+def big_table(relation: str | None) -> str | None:
+    """The big table a relation is, or is a partition of (`arrival_default`, `notification_20261201`)."""
+    for table in BIG:
+        if relation is not None and (relation == table or relation.startswith(table + "_")):
+            return table
+    return None
+
+
 def seq_scans(plan: dict[str, Any]) -> list[str]:
     found = []
-    if plan.get("Node Type") == "Seq Scan" and plan.get("Relation Name") in BIG:
-        found.append(plan["Relation Name"])
+    table = big_table(plan.get("Relation Name"))
+    if plan.get("Node Type") == "Seq Scan" and table is not None:
+        found.append(table)
     for child in plan.get("Plans", []):
         found += seq_scans(child)
     return found

@@ -39,7 +39,10 @@ class LedgerContext:
         conn = await connect(self.dsn)
         try:
             if migrate:
+                from agent.ledger import time_partitions
+
                 await migrations.migrate(conn)
+                await time_partitions.ensure(conn, None)  # the period the ledger's partitions have
             else:
                 await migrations.check(conn)
         except Exception:

@@ -96,6 +96,29 @@ def prune_cmd(obj: LedgerContext, config_path: str, dry_run: bool, as_json: bool
             click.echo(f"  {s.table:<19} {s.archived} rows would go{oldest}; {when}: {s.why}")
         else:
             click.echo(f"  {s.table:<19} archived {s.archived}, pruned {s.pruned}; {when}")
+    for line in partition_lines(result.partitions, dry_run):
+        click.echo(line)
+
+
+def partition_lines(parts: list[Any], dry_run: bool) -> list[str]:
+    """The time partitions taken whole (or that would be), each with its range and why."""
+    out = []
+    if parts:
+        head = "would be taken whole" if dry_run else "taken whole"
+        out.append(f"  time partitions {head} (a period partition's rows go with it, never row by row):")
+    for p in parts:
+        lo = "the oldest rows" if p.lower is None else f"{p.lower:%Y-%m-%d %H:%M}Z"
+        span_ = (
+            f"{lo} .. {p.upper:%Y-%m-%d %H:%M}Z, wholly older than {p.cutoff:%Y-%m-%d %H:%M}Z ({p.setting})"
+        )
+        end = "dropped" if p.dropped else f"truncated, {p.kept} kept rows stay in it"
+        if dry_run:
+            out.append(
+                f"    {p.partition}: {p.archived} of {p.rows} rows would go, then {end}; {span_}: {p.why}"
+            )
+        else:
+            out.append(f"    {p.partition}: archived {p.archived}, pruned {p.pruned}, {end}; {span_}")
+    return out
 
 
 def _as_json(result: Any, settings: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +139,25 @@ def _as_json(result: Any, settings: dict[str, Any]) -> dict[str, Any]:
                 "files": s.files,
             }
             for s in result.steps
+        ],
+        "partitions": [
+            {
+                "table": p.table,
+                "partition": p.partition,
+                "from": None if p.lower is None else p.lower.isoformat(),
+                "to": None if p.upper is None else p.upper.isoformat(),
+                "setting": p.setting,
+                "older_than": p.cutoff.isoformat(),
+                "why": p.why,
+                "rows": p.rows,
+                "kept": p.kept,
+                "to_go": p.rows - p.kept,
+                "archived": p.archived if result.run_id is not None else 0,
+                "pruned": p.pruned,
+                "dropped": p.dropped,
+                "files": p.files,
+            }
+            for p in result.partitions
         ],
     }
 

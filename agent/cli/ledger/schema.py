@@ -29,11 +29,14 @@ def migrate_cmd(obj: LedgerContext) -> None:
     from agent.ledger import migrations
 
     async def go() -> list[int]:
+        from agent.ledger import time_partitions
         from agent.ledger.connection import connect
 
         c = await connect(obj.dsn)
         try:
-            return await migrations.migrate(c)
+            applied = await migrations.migrate(c)
+            await time_partitions.ensure(c, None)  # the period the ledger's partitions have
+            return applied
         finally:
             await c.close()
 

@@ -52,6 +52,34 @@ CREATE TABLE public.arrival (
     CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text, 'beyond_horizon'::text]))),
     CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
     CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
+)
+PARTITION BY RANGE (received_at);
+
+CREATE TABLE public.arrival_default (
+    id bigint NOT NULL,
+    kind text,
+    decision text NOT NULL,
+    canonical_id bigint,
+    source text,
+    transition_id text,
+    boot_id text,
+    source_ts timestamp with time zone,
+    payload_hash text,
+    reason text,
+    flags text[] DEFAULT '{}'::text[] NOT NULL,
+    gateway text NOT NULL,
+    gateway_arrival_at timestamp with time zone NOT NULL,
+    attempt integer,
+    replayed boolean,
+    received_at timestamp with time zone NOT NULL,
+    via text NOT NULL,
+    line integer,
+    ce_id text,
+    raw bytea NOT NULL,
+    arrival_key bytea NOT NULL,
+    CONSTRAINT arrival_decision_check CHECK ((decision = ANY (ARRAY['inserted'::text, 'duplicate'::text, 'conflict'::text, 'identity_incomplete'::text, 'rejected'::text, 'beyond_horizon'::text]))),
+    CONSTRAINT arrival_kind_check CHECK ((kind = ANY (ARRAY['transition'::text, 'boot_observed'::text, 'gap'::text, 'anomaly'::text, 'identity_incomplete'::text]))),
+    CONSTRAINT arrival_via_check CHECK ((via = ANY (ARRAY['mqtt'::text, 'http'::text, 'import'::text])))
 );
 
 ALTER TABLE public.arrival ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -160,6 +188,29 @@ CREATE TABLE public.notification (
     CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
     CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT notification_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'dead'::text])))
+)
+PARTITION BY RANGE (created_at);
+
+CREATE TABLE public.notification_default (
+    id bigint NOT NULL,
+    canonical_id bigint NOT NULL,
+    kind text NOT NULL,
+    url text NOT NULL,
+    idempotency_key text NOT NULL,
+    state text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    lease_s integer DEFAULT 30 NOT NULL,
+    visible_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_error text,
+    errors text[] DEFAULT '{}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    source text,
+    CONSTRAINT notification_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT notification_lease_s_check CHECK ((lease_s >= 1)),
+    CONSTRAINT notification_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT notification_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'sent'::text, 'dead'::text])))
 );
 
 ALTER TABLE public.notification ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -227,6 +278,10 @@ ALTER TABLE public.review_mark ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY 
     CACHE 1
 );
 
+ALTER TABLE ONLY public.arrival ATTACH PARTITION public.arrival_default DEFAULT;
+
+ALTER TABLE ONLY public.notification ATTACH PARTITION public.notification_default DEFAULT;
+
 ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_key UNIQUE (source, ce_id);
 
@@ -234,10 +289,10 @@ ALTER TABLE ONLY public.anomaly
     ADD CONSTRAINT anomaly_pkey PRIMARY KEY (id);
 
 ALTER TABLE ONLY public.arrival
-    ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
+    ADD CONSTRAINT arrival_pkey PRIMARY KEY (id, received_at);
 
-ALTER TABLE ONLY public.arrival
-    ADD CONSTRAINT arrival_pkey PRIMARY KEY (id);
+ALTER TABLE ONLY public.arrival_default
+    ADD CONSTRAINT arrival_default_pkey PRIMARY KEY (id, received_at);
 
 ALTER TABLE ONLY public.boot
     ADD CONSTRAINT boot_key UNIQUE (device, boot_id);
@@ -264,10 +319,16 @@ ALTER TABLE ONLY public.ledger_schema_version
     ADD CONSTRAINT ledger_schema_version_pkey PRIMARY KEY (version);
 
 ALTER TABLE ONLY public.notification
-    ADD CONSTRAINT notification_key UNIQUE (canonical_id, kind);
+    ADD CONSTRAINT notification_key UNIQUE (canonical_id, kind, created_at);
+
+ALTER TABLE ONLY public.notification_default
+    ADD CONSTRAINT notification_default_canonical_id_kind_created_at_key UNIQUE (canonical_id, kind, created_at);
 
 ALTER TABLE ONLY public.notification
-    ADD CONSTRAINT notification_pkey PRIMARY KEY (id);
+    ADD CONSTRAINT notification_pkey PRIMARY KEY (id, created_at);
+
+ALTER TABLE ONLY public.notification_default
+    ADD CONSTRAINT notification_default_pkey PRIMARY KEY (id, created_at);
 
 ALTER TABLE ONLY public.pending
     ADD CONSTRAINT pending_key UNIQUE (source, ce_id);
@@ -284,9 +345,15 @@ ALTER TABLE ONLY public.retention_table_run
 ALTER TABLE ONLY public.review_mark
     ADD CONSTRAINT review_mark_pkey PRIMARY KEY (id);
 
-CREATE INDEX arrival_canonical ON public.arrival USING btree (canonical_id);
+CREATE INDEX arrival_canonical ON ONLY public.arrival USING btree (canonical_id);
 
-CREATE INDEX arrival_gateway_site_received ON public.arrival USING btree (gateway, public.arrival_site(via, kind, source), received_at);
+CREATE UNIQUE INDEX arrival_default_arrival_key ON public.arrival_default USING btree (source, arrival_key) NULLS NOT DISTINCT;
+
+CREATE INDEX arrival_default_canonical_id_idx ON public.arrival_default USING btree (canonical_id);
+
+CREATE INDEX arrival_gateway_site_received ON ONLY public.arrival USING btree (gateway, public.arrival_site(via, kind, source), received_at);
+
+CREATE INDEX arrival_default_gateway_arrival_site_received_at_idx ON public.arrival_default USING btree (gateway, public.arrival_site(via, kind, source), received_at);
 
 CREATE INDEX canonical_event_no_source_ts ON public.canonical_event USING btree (inserted_arrival_at) WHERE (source_ts IS NULL);
 
@@ -294,32 +361,35 @@ CREATE INDEX canonical_event_source_ts ON public.canonical_event USING btree (so
 
 CREATE INDEX conflict_canonical ON public.conflict USING btree (canonical_id);
 
-CREATE INDEX notification_due ON public.notification USING btree (visible_at, id) WHERE (state = 'pending'::text);
+CREATE INDEX notification_state ON ONLY public.notification USING btree (state, id);
 
-CREATE INDEX notification_state ON public.notification USING btree (state, id);
+CREATE INDEX notification_default_state_id_idx ON public.notification_default USING btree (state, id);
+
+CREATE INDEX notification_due ON ONLY public.notification USING btree (visible_at, id) WHERE (state = 'pending'::text);
+
+CREATE INDEX notification_default_visible_at_id_idx ON public.notification_default USING btree (visible_at, id) WHERE (state = 'pending'::text);
 
 CREATE INDEX review_mark_arrival ON public.review_mark USING btree (arrival_id, id);
 
-ALTER TABLE ONLY public.anomaly
-    ADD CONSTRAINT anomaly_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+ALTER INDEX public.arrival_canonical ATTACH PARTITION public.arrival_default_canonical_id_idx;
 
-ALTER TABLE ONLY public.boot
-    ADD CONSTRAINT boot_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+ALTER INDEX public.arrival_gateway_site_received ATTACH PARTITION public.arrival_default_gateway_arrival_site_received_at_idx;
 
-ALTER TABLE ONLY public.conflict
-    ADD CONSTRAINT conflict_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
+ALTER INDEX public.arrival_pkey ATTACH PARTITION public.arrival_default_pkey;
+
+ALTER INDEX public.notification_key ATTACH PARTITION public.notification_default_canonical_id_kind_created_at_key;
+
+ALTER INDEX public.notification_pkey ATTACH PARTITION public.notification_default_pkey;
+
+ALTER INDEX public.notification_state ATTACH PARTITION public.notification_default_state_id_idx;
+
+ALTER INDEX public.notification_due ATTACH PARTITION public.notification_default_visible_at_id_idx;
 
 ALTER TABLE ONLY public.conflict
     ADD CONSTRAINT conflict_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
 
-ALTER TABLE ONLY public.notification
+ALTER TABLE public.notification
     ADD CONSTRAINT notification_canonical_id_fkey FOREIGN KEY (canonical_id) REFERENCES public.canonical_event(id);
-
-ALTER TABLE ONLY public.pending
-    ADD CONSTRAINT pending_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id) DEFERRABLE INITIALLY DEFERRED;
 
 ALTER TABLE ONLY public.retention_table_run
     ADD CONSTRAINT retention_table_run_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.retention_run(id);
-
-ALTER TABLE ONLY public.review_mark
-    ADD CONSTRAINT review_mark_arrival_id_fkey FOREIGN KEY (arrival_id) REFERENCES public.arrival(id);

@@ -47,9 +47,13 @@ def _review_state(f: dict[str, Any], arrival_id: LiteralString) -> list[LiteralS
 # overview shows the planner's estimate (pg_class.reltuples, kept by ANALYZE/autovacuum), marked as
 # such: counting two million arrivals on every page view would cost more than the page itself.
 EXACT_UP_TO = 200_000
+# The planner's row estimates, summed over a table's leaf partitions (a partitioned table has none of
+# its own; a plain table is its own leaf); -1 while no leaf has been analysed.
 ESTIMATES: LiteralString = (
-    "SELECT c.relname, c.reltuples::bigint AS n FROM pg_class c"
-    " WHERE c.oid IN ('canonical_event'::regclass, 'arrival'::regclass)"
+    "SELECT t.rel AS relname, coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), -1)::bigint AS n"
+    " FROM unnest(ARRAY['canonical_event', 'arrival']) AS t(rel)"
+    " CROSS JOIN LATERAL pg_partition_tree(t.rel::regclass) p JOIN pg_class c ON c.oid = p.relid"
+    " WHERE p.isleaf GROUP BY t.rel"
 )
 COUNT_EVENTS: LiteralString = "SELECT count(*) AS n FROM canonical_event"
 COUNT_ARRIVALS: LiteralString = "SELECT count(*) AS n FROM arrival"

@@ -1,12 +1,16 @@
 -- The ledger's tables hash-partitioned by `source` (docs/ledger.md, "Growing past one server").
 -- Run once on a new, migrated, EMPTY ledger database (agent.ledger.layout.partition_by_source):
--- canonical_event, arrival and notification become `PARTITION BY HASH (source)` with the same
--- columns, defaults, identities and checks (CREATE TABLE ... LIKE), their unique keys lead with
--- `source` as before, and keys on `id` become (source, id). A foreign key may not point at an id
--- alone any more, so the foreign keys that did (conflict, pending, boot, anomaly, review_mark ->
--- arrival; conflict, notification -> canonical_event) are dropped: the arbiter writes them in the same
--- transaction as the rows they name; a prune (0006) deletes an arrival or a canonical row only
--- when nothing kept names it (its statements say so in their WHERE, not through a foreign key).
+-- canonical_event becomes `PARTITION BY HASH (source)`; arrival and notification, range-partitioned
+-- by time since migration 0007, get hash sub-partitions by `source` under every time partition
+-- (agent/ledger/time_partitions.py makes them: range by time first, then hash by source, so a
+-- prune drops a whole period at once; docs/retention.md). Same columns, defaults, identities and
+-- checks (CREATE TABLE ... LIKE); unique keys lead with `source` as before, and keys on `id`
+-- become (source, id) (with the time column on the time-partitioned tables). A foreign key may not
+-- point at an id alone any more, so the foreign keys that did (conflict, pending, boot, anomaly,
+-- review_mark -> arrival, dropped by 0007; conflict, notification -> canonical_event) are dropped:
+-- the arbiter writes them in the same transaction as the rows they name; a prune (0006) deletes an
+-- arrival or a canonical row only when nothing kept names it (its statements say so in their
+-- WHERE, not through a foreign key).
 -- The arbiter's statements run unchanged: INSERT ... ON CONFLICT ON CONSTRAINT <the same names>.
 -- :partitions is set by the caller (SET ledger.partitions = 'N' before this script).
 
@@ -20,11 +24,7 @@ BEGIN
     END IF;
 END $$;
 
-ALTER TABLE conflict DROP CONSTRAINT conflict_arrival_id_fkey, DROP CONSTRAINT conflict_canonical_id_fkey;
-ALTER TABLE pending DROP CONSTRAINT pending_arrival_id_fkey;
-ALTER TABLE boot DROP CONSTRAINT boot_arrival_id_fkey;
-ALTER TABLE anomaly DROP CONSTRAINT anomaly_arrival_id_fkey;
-ALTER TABLE review_mark DROP CONSTRAINT review_mark_arrival_id_fkey;
+ALTER TABLE conflict DROP CONSTRAINT conflict_canonical_id_fkey;
 ALTER TABLE notification DROP CONSTRAINT notification_canonical_id_fkey;
 
 CREATE TABLE canonical_event_new (LIKE canonical_event INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS)
@@ -38,34 +38,36 @@ CREATE INDEX canonical_event_id ON canonical_event (id);
 CREATE INDEX canonical_event_source_ts ON canonical_event (source_ts);  -- the review page (0003)
 CREATE INDEX canonical_event_no_source_ts ON canonical_event (inserted_arrival_at) WHERE source_ts IS NULL;  -- (0006)
 
--- A rejected arrival has no source: (source, id) is unique with nulls not distinct, not a primary key.
+-- A rejected arrival has no source: (source, id, received_at) is unique with nulls not distinct,
+-- not a primary key. (source, arrival_key) is unique on every leaf (0007; time_partitions.py).
 CREATE TABLE arrival_new (LIKE arrival INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS)
-    PARTITION BY HASH (source);
+    PARTITION BY RANGE (received_at);
 DROP TABLE arrival;
 ALTER TABLE arrival_new RENAME TO arrival;
-ALTER TABLE arrival
-    ADD CONSTRAINT arrival_pkey UNIQUE NULLS NOT DISTINCT (source, id),
-    ADD CONSTRAINT arrival_key UNIQUE NULLS NOT DISTINCT (source, arrival_key);
+ALTER TABLE arrival ADD CONSTRAINT arrival_pkey UNIQUE NULLS NOT DISTINCT (source, id, received_at);
 CREATE INDEX arrival_canonical ON arrival (canonical_id);
 CREATE INDEX arrival_gateway_site_received ON arrival (gateway, arrival_site(via, kind, source), received_at);  -- the fleet (0005)
+CREATE TABLE arrival_default PARTITION OF arrival DEFAULT;
+CREATE UNIQUE INDEX arrival_default_arrival_key ON arrival_default (source, arrival_key) NULLS NOT DISTINCT;
 
 CREATE TABLE notification_new (LIKE notification INCLUDING DEFAULTS INCLUDING IDENTITY INCLUDING CONSTRAINTS)
-    PARTITION BY HASH (source);
+    PARTITION BY RANGE (created_at);
 DROP TABLE notification;
 ALTER TABLE notification_new RENAME TO notification;
 ALTER TABLE notification
     ALTER COLUMN source SET NOT NULL,
-    ADD CONSTRAINT notification_pkey PRIMARY KEY (source, id),
-    ADD CONSTRAINT notification_key UNIQUE (source, canonical_id, kind);
+    ADD CONSTRAINT notification_pkey PRIMARY KEY (source, id, created_at),
+    ADD CONSTRAINT notification_key UNIQUE (source, canonical_id, kind, created_at);
 CREATE INDEX notification_due ON notification (visible_at, id) WHERE state = 'pending';
 CREATE INDEX notification_state ON notification (state, id);  -- the review page (0003)
+CREATE TABLE notification_default PARTITION OF notification DEFAULT;
 
 DO $$
 DECLARE
     n integer := current_setting('ledger.partitions')::integer;
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['canonical_event', 'arrival', 'notification'] LOOP
+    FOREACH t IN ARRAY ARRAY['canonical_event'] LOOP
         FOR i IN 0 .. n - 1 LOOP
             EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES WITH (MODULUS %s, REMAINDER %s)',
                            t || '_p' || i, t, n, i);
