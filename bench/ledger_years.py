@@ -3,8 +3,9 @@
 Prints ONE JSON line (progress on stderr). Against a throwaway PostgreSQL cluster of its own
 (initdb + pg_ctl; fsync and synchronous_commit on; shared_buffers 256MB, max_wal_size 4GB):
 
-1. **Fill** (`--arrivals`, default 20,000,000): the ledger's schema (`ledger migrate`), then
-   arrivals/2 canonical events spread evenly over `--days` (default 730) up to now, each with two
+1. **Fill** (`--arrivals`, default 20,000,000): the ledger's schema (`ledger migrate`), the monthly
+   time partitions a ledger running since the first day would have made (the default period),
+   then arrivals/2 canonical events spread evenly over `--days` (default 730) up to now, each with two
    arrivals (gateway `gw-a` inserted, `gw-b` its duplicate a second later), written by the
    server itself (`INSERT ... SELECT` over `generate_series`, chunks of 500,000 canonicals, not
    a client COPY: the rows never cross the socket). Raw lines about 330 bytes, as a CloudEvent
@@ -16,9 +17,10 @@ Prints ONE JSON line (progress on stderr). Against a throwaway PostgreSQL cluste
    canonical payloads 365d, identity horizon 5y) is started before the first full round and runs
    beside the rounds until it ends. Target (issue 33): the full ledger's intake at least 0.8 of
    the empty one's (medians).
-3. **Size**: `pg_database_size` sampled every 5 s over the whole run; before and after the prune
-   (and after a plain VACUUM, which keeps the freed pages for reuse): "bounded" means the rounds
-   after the prune do not grow the database by more than their own rows.
+3. **Size**: `pg_database_size` sampled every 5 s over the whole run; per table (partitions
+   summed) before and after the prune (arrival partitions wholly past 90 days archived and
+   dropped; canonical payloads cleared row by row, their pages kept for reuse) and after a plain
+   VACUUM; then more rounds on the pruned ledger.
 4. **Decisions verified**: each round's decisions (every fresh line inserted, every re-delivery a
    duplicate of its line's event), and after the prune, re-deliveries of 1,000 events whose
    arrivals and payloads were pruned (a second gateway's copy: `duplicate` against the compact
@@ -31,6 +33,7 @@ Prints ONE JSON line (progress on stderr). Against a throwaway PostgreSQL cluste
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -100,10 +103,31 @@ def log(msg: str) -> None:
     print(f"[{datetime.now(UTC):%H:%M:%S}] {msg}", file=sys.stderr, flush=True)
 
 
+def monthly_partitions(dsn: str, start: datetime, now: datetime) -> int:
+    """The partitions a ledger running since `start` has made (one a month, the default period;
+    a new ledger's migration leaves no legacy partition): each month from `start`, and two ahead."""
+    from agent.ledger import time_partitions
+
+    async def go() -> int:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            made, at = [], time_partitions.period_start(start, "month")
+            while at <= now:
+                made += await time_partitions.ensure(conn, "month", 0, now=at)
+                at = time_partitions.next_start(at, "month")
+            made += await time_partitions.ensure(conn, "month", 2, now=now)
+            return len(made)
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
 def fill(dsn: str, arrivals: int, days: float, now: datetime) -> dict[str, Any]:
     canonicals = arrivals // 2
     start = now - timedelta(days=days)
     step = days * 86400.0 / canonicals
+    partitions = monthly_partitions(dsn, start, now)
     t0 = time.perf_counter()
     with psycopg.connect(dsn, autocommit=True) as conn:
         for lo in range(0, canonicals, CHUNK):
@@ -126,18 +150,22 @@ def fill(dsn: str, arrivals: int, days: float, now: datetime) -> dict[str, Any]:
         "fill_s": round(time.perf_counter() - t0, 1),
         "canonicals": canonicals,
         "start": start.isoformat(),
+        "partitions_made": partitions,
     }
 
 
 def sizes(dsn: str) -> dict[str, int]:
+    """pg_database_size and each table's size, a partitioned table's partitions summed."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT relname, pg_total_relation_size(oid) FROM pg_class WHERE relkind IN ('r', 'p')"
-            " AND relnamespace = 'public'::regnamespace ORDER BY 2 DESC"
+            "SELECT coalesce(p.relname, c.relname), sum(pg_total_relation_size(c.oid))"
+            " FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid"
+            " LEFT JOIN pg_class p ON p.oid = i.inhparent"
+            " WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace GROUP BY 1 ORDER BY 2 DESC"
         ).fetchall()
         total = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     out = {"database": int(total[0]) if total else 0}
-    out.update({name: int(n) for name, n in rows if n > 8192 * 4})
+    out.update({name: int(n) for name, n in rows if n > 8192 * 16})
     return out
 
 
@@ -302,11 +330,18 @@ def main() -> None:
             out["prune_s"] = round(time.monotonic() - prune_t0, 1)
             if prune.returncode != 0:
                 raise SystemExit(f"prune failed ({prune.returncode}): {pruned_err[-2000:]}")
-            steps = json.loads(pruned_out)["steps"] if pruned_out.strip() else []
+            done = json.loads(pruned_out) if pruned_out.strip() else {"steps": [], "partitions": []}
             out["prune"] = {
                 st["table"]: {"archived": st["archived"], "pruned": st["pruned"], "files": len(st["files"])}
-                for st in steps
+                for st in done["steps"]
             }
+            for p in done["partitions"]:
+                t = out["prune"].setdefault(
+                    f"{p['table']}_partitions", {"archived": 0, "dropped": 0, "kept": 0}
+                )
+                t["archived"] += p["archived"]
+                t["dropped"] += 1 if p["dropped"] else 0
+                t["kept"] += p["kept"]
             out["archive_bytes"] = sum(p.stat().st_size for p in archive.rglob("*") if p.is_file())
             out["size_after_prune"] = sizes(full)
             with psycopg.connect(full, autocommit=True) as conn:
