@@ -40,11 +40,13 @@ def span(seconds: float) -> str:
 def prune_cmd(obj: LedgerContext, config_path: str, dry_run: bool, as_json: bool) -> None:
     """Archive, then delete what is older than its retention period (ledger.md, "Retention").
 
-    Per table: rows older than the period and named by nothing kept are written to
-    `archive_dir` (gzip JSON Lines, one file per table and day, with a manifest), read back and
-    verified, and only then deleted in bounded transactions. Canonical payloads are cleared (the
-    compact identity stays until the identity horizon). Open conflicts and pending arrivals,
-    dead or unsent notifications and review marks of kept items are never pruned.
+    Per table: what is older than its period and named by nothing kept is written to
+    `archive_dir` (gzip JSON Lines with a manifest each), read back and verified, and only then
+    removed: a time partition of arrivals or notifications wholly past its period goes whole
+    (one file per partition), other rows in bounded transactions (one file per table and day).
+    Canonical payloads are cleared (the compact identity stays until the identity horizon).
+    Open conflicts and pending arrivals, dead or unsent notifications and review marks of kept
+    items are never pruned.
 
     \b
       edge-agent ledger prune -c /etc/edge-ledger/ledger.yaml --dry-run
@@ -54,19 +56,11 @@ def prune_cmd(obj: LedgerContext, config_path: str, dry_run: bool, as_json: bool
     (nothing of that table deleted; the reason is printed and recorded for `ledger check`) or
     another prune is running, 78 a configuration error or no `retention:` section.
     """
-    from agent.ledger import config, prune
+    from agent.ledger import prune
 
-    try:
-        cfg = config.load(config_path)
-    except ConfigError as exc:  # every problem with its file:line, no traceback
-        click.echo(f"edge-agent ledger: configuration error: {exc}", err=True)
-        sys.exit(EX_CONFIG)
-    if cfg.retention is None:
-        click.echo(
-            f"edge-agent ledger: {config_path} has no `retention:` section: nothing to prune", err=True
-        )
-        sys.exit(EX_CONFIG)
+    cfg = _config_with_retention(config_path)
     settings = cfg.retention
+    assert settings is not None
 
     async def go() -> prune.PruneResult:
         from agent.ledger import migrations
@@ -119,6 +113,24 @@ def partition_lines(parts: list[Any], dry_run: bool) -> list[str]:
         else:
             out.append(f"    {p.partition}: archived {p.archived}, pruned {p.pruned}, {end}; {span_}")
     return out
+
+
+def _config_with_retention(config_path: str) -> Any:
+    """The ledger's configuration; exit 78 with every problem (file:line) or when it has no
+    `retention:` section."""
+    from agent.ledger import config
+
+    try:
+        cfg = config.load(config_path)
+    except ConfigError as exc:  # every problem with its file:line, no traceback
+        click.echo(f"edge-agent ledger: configuration error: {exc}", err=True)
+        sys.exit(EX_CONFIG)
+    if cfg.retention is None:
+        click.echo(
+            f"edge-agent ledger: {config_path} has no `retention:` section: nothing to prune", err=True
+        )
+        sys.exit(EX_CONFIG)
+    return cfg
 
 
 def _as_json(result: Any, settings: dict[str, Any]) -> dict[str, Any]:
