@@ -12,6 +12,7 @@ retention:
   batch: 5000                 # rows per delete transaction
   partition: month            # arrival and notification time partitions: month or day
   partitions_ahead: 2         # made ahead: the current period and this many after it
+  database_budget: 400GB      # optional: what the database may take (EdgeLedgerRoomRunningOut)
 ```
 Durations as elsewhere (`30d`, `12h`, `2w`) plus years (`5y` = 5 x 365 days).
 Without the section nothing is ever pruned and no delivery is `beyond_horizon`.
@@ -24,7 +25,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.config.units import parse_duration
+from agent.config.units import parse_duration, parse_size
 from agent.config.yaml_lines import _int_in, _one_of, _Section, _text
 
 DAY = 86400.0
@@ -46,9 +47,17 @@ class RetentionSettings:
     batch: int = 5000
     partition: str = "month"
     partitions_ahead: int = 2
+    database_budget: int = 0  # bytes the database may take (0: none stated); the room alert's limit
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _size(v: Any) -> int:
+    n = parse_size(v)
+    if n <= 0:
+        raise ValueError("must be more than 0 bytes")
+    return n
 
 
 def duration(v: Any) -> float:
@@ -82,6 +91,7 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
     batch = s.get("batch", _int_in(100, 1_000_000), base.batch)
     partition = s.get("partition", _one_of("month", "day"), base.partition)
     ahead = s.get("partitions_ahead", _int_in(1, 366), base.partitions_ahead)
+    budget = s.get("database_budget", _size, base.database_budget)
     s.finish()
     longer = [name for name, v in periods.items() if v > horizon]
     if longer:
@@ -100,4 +110,5 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
         batch=batch,
         partition=partition,
         partitions_ahead=ahead,
+        database_budget=budget,
     )

@@ -9,6 +9,8 @@
   (`arrival_partitions`, `notification_partitions`: the rows of time partitions taken whole);
 * `edge_ledger_oldest_partition_end_timestamp_seconds{table}`: where the oldest time partition of
   arrival and notification ends (0: none);
+* `edge_ledger_database_bytes` (`pg_database_size`) and `edge_ledger_database_budget_bytes`
+  (`retention.database_budget` as the last prune ran with it; 0: none): EdgeLedgerRoomRunningOut;
 * `edge_ledger_last_prune_timestamp_seconds`, `edge_ledger_last_prune_ok` (1 done, 0 failed or
   never run), `edge_ledger_identities`, `edge_ledger_beyond_horizon_arrivals` (kept, and
   `{state="open"}` not reviewed yet).
@@ -69,8 +71,18 @@ OLDEST_PARTITION_END = Gauge(
     ["table"],
     registry=None,
 )
+DATABASE_BYTES = Gauge(
+    "edge_ledger_database_bytes", "Size of the ledger's database on disk (pg_database_size)", registry=None
+)
+DATABASE_BUDGET = Gauge(
+    "edge_ledger_database_budget_bytes",
+    "retention.database_budget as the last prune ran with it (0: none stated)",
+    registry=None,
+)
 GAUGES = (
     TABLE_BYTES,
+    DATABASE_BYTES,
+    DATABASE_BUDGET,
     OLDEST_AGE,
     PERIOD,
     PRUNED,
@@ -104,6 +116,8 @@ async def refresh(conn: Any) -> None:
     now = datetime.now(UTC)
     for table, n in r["table_bytes"].items():
         TABLE_BYTES.labels(table).set(n)
+    DATABASE_BYTES.set(r["database_bytes"])
+    DATABASE_BUDGET.set(r["database_budget"])
     last = r["last_prune"]
     settings: dict[str, Any] = last["settings"] if last else {}
     for table, oldest in r["oldest"].items():

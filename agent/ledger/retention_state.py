@@ -115,6 +115,8 @@ async def read(conn: Conn) -> dict[str, Any]:
         (list(SIZED),),
     )
     sizes = {str(r[0]): int(r[1]) for r in await cur.fetchall()}
+    cur = await conn.execute("SELECT pg_database_size(current_database())")
+    db = await cur.fetchone()
     await conn.rollback()
     first = await time_partitions.oldest(conn)  # catalog reads only
     return {
@@ -135,6 +137,9 @@ async def read(conn: Conn) -> dict[str, Any]:
         "beyond_horizon": int(counts[2]),
         "beyond_horizon_open": int(counts[3]),
         "table_bytes": sizes,
+        "database_bytes": int(db[0]) if db else 0,
+        # the budget the last prune ran with (`retention.database_budget`; 0: none stated)
+        "database_budget": int((last[5] or {}).get("database_budget", 0)) if last else 0,
         "oldest_partition": {t: None if p is None else p.name for t, p in first.items()},
         "oldest_partition_end": {t: None if p is None else p.upper for t, p in first.items()},
     }
@@ -164,4 +169,9 @@ def describe(r: dict[str, Any]) -> list[str]:
         out.append(f"  oldest partition of {table}: {name or 'none (not partitioned by time)'}{upto}")
     sizes = ", ".join(f"{t} {n / 1e6:.1f} MB" for t, n in r["table_bytes"].items())
     out.append(f"  table sizes: {sizes}")
+    db, budget = r.get("database_bytes", 0), r.get("database_budget", 0)
+    room = " (no database_budget)"
+    if budget:
+        room = f" of its budget {budget / 1e9:.1f} GB ({100 * db / budget:.0f} %)"
+    out.append(f"  database size: {db / 1e6:.1f} MB{room}")
     return out

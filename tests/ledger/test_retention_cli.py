@@ -46,6 +46,11 @@ HTTP = "http: {listen: '127.0.0.1:1'}\n"
             "retention:\n  archive_dir: /a\n  keep: 1d\n", ":4: retention.keep: unknown key", id="misspelt"
         ),
         pytest.param(
+            "retention:\n  archive_dir: /a\n  database_budget: lots\n",
+            ":4: retention.database_budget: size 'lots' is not understood",
+            id="a bad budget",
+        ),
+        pytest.param(
             "retention:\n  archive_dir: /a\n  every: 0s\n", ":4: retention.every: must be longer", id="0s"
         ),
     ],
@@ -64,13 +69,14 @@ def test_retention_defaults_and_years(tmp_path: Path) -> None:
     r = config.load(f).retention
     assert r is not None and r.identity_horizon_s == 7 * YEAR and r.arrivals_s == 90 * DAY
     assert r.notifications_s == 30 * DAY and r.canonical_payloads_s == 365 * DAY and r.every_s == 3600
+    assert r.database_budget == 0  # none stated: the room alert stays quiet
 
 
 def write_config(tmp_path: Path) -> Path:
     f = tmp_path / "ledger.yaml"
     f.write_text(
         HTTP + f"retention:\n  archive_dir: {tmp_path / 'archive'}\n  arrivals: 1d\n  notifications: 1d\n"
-        "  canonical_payloads: 1d\n  reviewed: 1d\n  identity_horizon: 5y\n"
+        "  canonical_payloads: 1d\n  reviewed: 1d\n  identity_horizon: 5y\n  database_budget: 2GB\n"
     )
     return f
 
@@ -114,6 +120,7 @@ async def test_prune_dry_run_then_prune_then_verify_and_check_as_processes(
     assert "2 of 2 archive files verify" in verified.stdout
     check = ledger(ledger_dsn, "check")
     assert "retention: last prune run 1 done" in check.stdout
+    assert "of its budget 2.0 GB (" in check.stdout, check.stdout
     assert "arrival: archived 1, pruned 1" in check.stdout
     state = json.loads(ledger(ledger_dsn, "check", "--json").stdout)["retention"]
     assert (
@@ -175,5 +182,7 @@ async def test_metrics_show_sizes_oldest_rows_pruned_and_beyond_horizon(
     assert value('edge_ledger_retention_period_seconds{table="arrival"}') == 86400
     assert value('edge_ledger_oldest_row_age_seconds{table="arrival"}') == 0, "nothing prunable left"
     assert value('edge_ledger_table_bytes{table="arrival"}') > 0
+    assert value("edge_ledger_database_budget_bytes") == 2e9  # as the prune ran with it
+    assert 1e6 < value("edge_ledger_database_bytes") < 2e9
     assert value("edge_ledger_last_prune_ok") == 1 and value("edge_ledger_identities") == 2
     assert value('edge_ledger_beyond_horizon_arrivals{state="open"}') == 1
