@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 
@@ -42,20 +44,14 @@ async def keep_partitions(dsn: str | None, password: str | None, period: str, ah
     """Once: the current and the next `ahead` periods' partitions; a failure is logged (rows
     go to the DEFAULT partition meanwhile: nothing is refused)."""
     from agent.ledger import time_partitions
-    from agent.ledger.connection import connect
 
-    try:
-        conn = await connect(dsn, password=password)
-    except LedgerUnavailable as exc:
-        log.warning("time partitions not made now: %s", exc)
-        return
-    try:
-        await time_partitions.ensure(conn, period, ahead)
-    except (LedgerError, psycopg.Error) as exc:
-        log.error("time partitions not made now: %s", exc)
-    finally:
-        with contextlib.suppress(psycopg.Error):
-            await conn.close()
+    async with _connected(dsn, password, "time partitions not made now") as conn:
+        if conn is None:
+            return
+        try:
+            await time_partitions.ensure(conn, period, ahead)
+        except (LedgerError, psycopg.Error) as exc:
+            log.error("time partitions not made now: %s", exc)
 
 
 async def prune_every(
@@ -79,23 +75,36 @@ async def prune_every(
 
 async def prune_once(dsn: str | None, password: str | None, settings: RetentionSettings) -> None:
     from agent.ledger import prune
+
+    async with _connected(dsn, password, "scheduled prune skipped") as conn:
+        if conn is None:
+            return
+        try:
+            result = await prune.prune(conn, settings)
+            done = ", ".join(f"{s.table} {s.pruned}" for s in result.steps)
+            log.info("scheduled prune run=%s done: pruned %s", result.run_id, done)
+        except prune.PruneBusy as exc:
+            log.info("scheduled prune skipped: %s", exc)
+        except ArchiveError as exc:
+            log.error("scheduled prune stopped, the archive failed (nothing more deleted): %s", exc)
+        except (LedgerError, psycopg.Error) as exc:
+            log.error("scheduled prune failed: %s", exc)
+
+
+@contextlib.asynccontextmanager
+async def _connected(dsn: str | None, password: str | None, unavailable: str) -> AsyncIterator[Any]:
+    """A connection of its own, closed after; None (logged with `unavailable`) when PostgreSQL
+    cannot be reached."""
     from agent.ledger.connection import connect
 
     try:
         conn = await connect(dsn, password=password)
     except LedgerUnavailable as exc:
-        log.warning("scheduled prune skipped: %s", exc)
+        log.warning("%s: %s", unavailable, exc)
+        yield None
         return
     try:
-        result = await prune.prune(conn, settings)
-        done = ", ".join(f"{s.table} {s.pruned}" for s in result.steps)
-        log.info("scheduled prune run=%s done: pruned %s", result.run_id, done)
-    except prune.PruneBusy as exc:
-        log.info("scheduled prune skipped: %s", exc)
-    except ArchiveError as exc:
-        log.error("scheduled prune stopped, the archive failed (nothing more deleted): %s", exc)
-    except (LedgerError, psycopg.Error) as exc:
-        log.error("scheduled prune failed: %s", exc)
+        yield conn
     finally:
         with contextlib.suppress(psycopg.Error):
             await conn.close()
