@@ -10,13 +10,14 @@ Prints ONE JSON line (progress on stderr). Against a throwaway PostgreSQL cluste
    server itself (`INSERT ... SELECT` over `generate_series`, chunks of 500,000 canonicals, not
    a client COPY: the rows never cross the socket). Raw lines about 330 bytes, as a CloudEvent
    from MQTT; payload hashes computed as the arbiter computes them (checked on a sample).
-2. **Intake, alternated** (`--rounds`, default 3): `edge-agent ledger import --json` of a file of
-   `--lines` (default 50,000) fresh deliveries with half re-deliveries (bench/import_shapes.py's
-   `outsider` events, new keys each round), into a fresh empty ledger and into the full one, in
-   turn. On the full one, `edge-agent ledger prune` (retention: arrivals 90d, notifications 30d,
-   canonical payloads 365d, identity horizon 5y) is started before the first full round and runs
-   beside the rounds until it ends. Target (issue 33): the full ledger's intake at least 0.8 of
-   the empty one's (medians).
+2. **Intake, alternated** (`--rounds` per phase, default 3): `edge-agent ledger import --json` of
+   a file of `--lines` (default 50,000) fresh deliveries with half re-deliveries
+   (bench/import_shapes.py's `outsider` events, new keys each round), into a fresh empty ledger
+   and into the full one, in turn, in three phases: before the prune; beside
+   `edge-agent ledger prune` (retention: arrivals 90d, notifications 30d, canonical payloads
+   365d, identity horizon 5y), started before the phase's first round and running on; after the
+   prune (and a VACUUM). Target (issue 33): beside the prune, the full ledger's intake at least
+   0.8 of the empty one's (medians).
 3. **Size**: `pg_database_size` sampled every 5 s over the whole run; per table (partitions
    summed) before and after the prune (arrival partitions wholly past 90 days archived and
    dropped; canonical payloads cleared row by row, their pages kept for reuse) and after a plain
@@ -255,12 +256,142 @@ def old_redeliveries(path: Path, dsn: str, n: int, cutoff: datetime) -> int:
     return 2 * n
 
 
+class Rounds:
+    """Intake rounds alternated between a fresh empty ledger and the full one; each round's file
+    has keys of its own (the round number counts on over the phases)."""
+
+    def __init__(self, cluster: pgcluster.Cluster, full: str, tmp: Path, lines: int) -> None:
+        self.cluster, self.full, self.tmp, self.lines = cluster, full, tmp, lines
+        self.next = 0
+
+    def phase(self, name: str, rounds: int, beside: subprocess.Popen[str] | None = None) -> dict[str, Any]:
+        empty: list[float] = []
+        full: list[float] = []
+        during: list[bool] = []
+        for r in range(rounds):
+            rnd, self.next = self.next, self.next + 1
+            file = self.tmp / f"round{rnd}.jsonl"
+            write_round_file(file, rnd, self.lines)
+            for side in ("empty", "full") if r % 2 == 0 else ("full", "empty"):
+                if side == "empty":
+                    dsn = fresh_db(self.cluster)
+                    wall, res = import_file(dsn, file)
+                    drop_db(self.cluster, dsn)
+                    empty.append(self.lines / wall)
+                else:
+                    running = beside is not None and beside.poll() is None
+                    wall, res = import_file(self.full, file)
+                    during.append(running and beside is not None and beside.poll() is None)
+                    full.append(self.lines / wall)
+                check_round(res, self.lines)
+                log(f"{name} round {r} {side}: {self.lines / wall:,.0f} lines/s")
+        out: dict[str, Any] = {
+            "empty_lines_per_s": round(statistics.median(empty)),
+            "full_lines_per_s": round(statistics.median(full)),
+            "empty_rounds": [round(x) for x in empty],
+            "full_rounds": [round(x) for x in full],
+        }
+        out["full_vs_empty"] = round(out["full_lines_per_s"] / out["empty_lines_per_s"], 3)
+        if beside is not None:
+            out["full_rounds_beside_the_prune"] = during
+        return out
+
+
+def start_prune(full: str, cfg: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*LEDGER, "--dsn", full, "prune", "-c", str(cfg), "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def prune_summary(prune: subprocess.Popen[str], archive: Path) -> dict[str, Any]:
+    """Wait for the prune; what it archived, pruned and dropped per table."""
+    pruned_out, pruned_err = prune.communicate()
+    if prune.returncode != 0:
+        raise SystemExit(f"prune failed ({prune.returncode}): {pruned_err[-2000:]}")
+    done = json.loads(pruned_out) if pruned_out.strip() else {"steps": [], "partitions": []}
+    out: dict[str, Any] = {
+        st["table"]: {"archived": st["archived"], "pruned": st["pruned"], "files": len(st["files"])}
+        for st in done["steps"]
+    }
+    for p in done["partitions"]:
+        t = out.setdefault(f"{p['table']}_partitions", {"archived": 0, "dropped": 0, "kept": 0})
+        t["archived"] += p["archived"]
+        t["dropped"] += 1 if p["dropped"] else 0
+        t["kept"] += p["kept"]
+    out["archive_bytes"] = sum(f.stat().st_size for f in archive.rglob("*") if f.is_file())
+    return out
+
+
+def check_pruned_redeliveries(tmp: Path, full: str, n: int, now: datetime) -> dict[str, int]:
+    old = tmp / "old.jsonl"
+    n_old = old_redeliveries(old, full, n, now - timedelta(days=365))
+    _, res = import_file(full, old)
+    got: dict[str, int] = {}
+    for r in res:
+        got[r["decision"]] = got.get(r["decision"], 0) + 1
+    if got != {"duplicate": n, "conflict": n}:
+        raise SystemExit(f"pruned events re-delivered: {got} of {n_old}, not duplicates and conflicts")
+    return got
+
+
+def config_file(tmp: Path, archive: Path) -> Path:
+    cfg = tmp / "ledger.yaml"
+    cfg.write_text(
+        "http: {listen: '127.0.0.1:1'}\nretention:\n  arrivals: 90d\n  notifications: 30d\n"
+        f"  canonical_payloads: 365d\n  identity_horizon: 5y\n  reviewed: 365d\n  archive_dir: {archive}\n"
+    )
+    return cfg
+
+
+def run(a: argparse.Namespace, cluster: pgcluster.Cluster, out: dict[str, Any]) -> None:
+    now = datetime.now(UTC)
+    make_template(cluster)
+    full = fresh_db(cluster)
+    out["fill"] = fill(full, a.arrivals, a.days, now)
+    out["size_after_fill"] = sizes(full)
+    out["bytes_per_day_of_traffic"] = round(out["size_after_fill"]["database"] / a.days)
+    log(f"filled: {out['size_after_fill']['database'] / 1e9:.2f} GB")
+    sampler = Sampler(full)
+    sampler.start()
+    with tempfile.TemporaryDirectory(prefix="ledger-years-") as tmp_name:
+        tmp = Path(tmp_name)
+        archive = tmp / "archive"
+        archive.mkdir()
+        rounds = Rounds(cluster, full, tmp, a.lines)
+        out["before_the_prune"] = rounds.phase("before the prune", a.rounds)
+        log("prune started beside the intake")
+        t0 = time.monotonic()
+        prune = start_prune(full, config_file(tmp, archive))
+        out["beside_the_prune"] = rounds.phase("beside the prune", a.rounds, beside=prune)
+        out["prune"] = prune_summary(prune, archive)
+        out["prune_s"] = round(time.monotonic() - t0, 1)
+        out["size_after_prune"] = sizes(full)
+        with psycopg.connect(full, autocommit=True) as conn:
+            t0 = time.monotonic()
+            conn.execute("VACUUM")
+            out["vacuum_s"] = round(time.monotonic() - t0, 1)
+        out["size_after_vacuum"] = sizes(full)
+        out["after_the_prune"] = rounds.phase("after the prune", a.rounds)
+        out["size_after_more_rounds"] = sizes(full)
+        out["pruned_redeliveries_decided"] = check_pruned_redeliveries(tmp, full, a.old, now)
+    sampler.stopped.set()
+    sampler.join()
+    out["full_vs_empty_beside_the_prune"] = out["beside_the_prune"]["full_vs_empty"]
+    out["target_beside_the_prune_ge_0.8"] = out["full_vs_empty_beside_the_prune"] >= 0.8
+    out["size_samples"] = sampler.samples[:: max(1, len(sampler.samples) // 40)]
+    out["size_max"] = max(s for _, s in sampler.samples)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arrivals", type=int, default=20_000_000)
     ap.add_argument("--days", type=float, default=730.0)
     ap.add_argument("--lines", type=int, default=50_000, help="lines per intake round")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="intake rounds per phase")
     ap.add_argument(
         "--old", type=int, default=1000, help="re-deliveries of pruned events (and as many conflicts)"
     )
@@ -275,119 +406,12 @@ def main() -> None:
     cluster.start()
     out: dict[str, Any] = {"bench": "ledger_years", "arrivals": a.arrivals, "days": a.days, "lines": a.lines}
     out["rounds"] = a.rounds
-    now = datetime.now(UTC)
     try:
-        make_template(cluster)
-        full = fresh_db(cluster)
-        out["fill"] = fill(full, a.arrivals, a.days, now)
-        out["size_after_fill"] = sizes(full)
-        out["bytes_per_day_of_traffic"] = round(out["size_after_fill"]["database"] / a.days)
-        log(f"filled: {out['size_after_fill']['database'] / 1e9:.2f} GB")
-        sampler = Sampler(full)
-        sampler.start()
-        with tempfile.TemporaryDirectory(prefix="ledger-years-") as tmp:
-            archive = Path(tmp) / "archive"
-            archive.mkdir()
-            cfg = Path(tmp) / "ledger.yaml"
-            cfg.write_text(
-                "http: {listen: '127.0.0.1:1'}\nretention:\n  arrivals: 90d\n  notifications: 30d\n  canonical_payloads: 365d\n"
-                f"  identity_horizon: 5y\n  reviewed: 365d\n  archive_dir: {archive}\n"
-            )
-            empty_rates: list[float] = []
-            full_rates: list[float] = []
-            prune: subprocess.Popen[str] | None = None
-            prune_t0 = 0.0
-            during: list[bool] = []
-            for rnd in range(a.rounds):
-                file = Path(tmp) / f"round{rnd}.jsonl"
-                write_round_file(file, rnd, a.lines)
-                order = ("empty", "full") if rnd % 2 == 0 else ("full", "empty")
-                for side in order:
-                    if side == "empty":
-                        dsn = fresh_db(cluster)
-                        wall, res = import_file(dsn, file)
-                        drop_db(cluster, dsn)
-                        empty_rates.append(a.lines / wall)
-                    else:
-                        if prune is None:
-                            log("prune started beside the intake")
-                            prune_t0 = time.monotonic()
-                            prune = subprocess.Popen(
-                                [*LEDGER, "--dsn", full, "prune", "-c", str(cfg), "--json"],
-                                cwd=ROOT,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE,
-                                text=True,
-                            )
-                        running = prune.poll() is None
-                        wall, res = import_file(full, file)
-                        during.append(running and prune.poll() is None)
-                        full_rates.append(a.lines / wall)
-                    check_round(res, a.lines)
-                    log(f"round {rnd} {side}: {a.lines / wall:,.0f} lines/s")
-            assert prune is not None
-            pruned_out, pruned_err = prune.communicate()
-            out["prune_s"] = round(time.monotonic() - prune_t0, 1)
-            if prune.returncode != 0:
-                raise SystemExit(f"prune failed ({prune.returncode}): {pruned_err[-2000:]}")
-            done = json.loads(pruned_out) if pruned_out.strip() else {"steps": [], "partitions": []}
-            out["prune"] = {
-                st["table"]: {"archived": st["archived"], "pruned": st["pruned"], "files": len(st["files"])}
-                for st in done["steps"]
-            }
-            for p in done["partitions"]:
-                t = out["prune"].setdefault(
-                    f"{p['table']}_partitions", {"archived": 0, "dropped": 0, "kept": 0}
-                )
-                t["archived"] += p["archived"]
-                t["dropped"] += 1 if p["dropped"] else 0
-                t["kept"] += p["kept"]
-            out["archive_bytes"] = sum(p.stat().st_size for p in archive.rglob("*") if p.is_file())
-            out["size_after_prune"] = sizes(full)
-            with psycopg.connect(full, autocommit=True) as conn:
-                t0 = time.perf_counter()
-                conn.execute("VACUUM")
-                out["vacuum_s"] = round(time.perf_counter() - t0, 1)
-            out["size_after_vacuum"] = sizes(full)
-            # After the prune: rounds again on the full ledger (the freed pages taken again).
-            after_rates = []
-            for rnd in range(a.rounds, 2 * a.rounds):
-                file = Path(tmp) / f"round{rnd}.jsonl"
-                write_round_file(file, rnd, a.lines)
-                wall, res = import_file(full, file)
-                check_round(res, a.lines)
-                after_rates.append(a.lines / wall)
-            out["size_after_more_rounds"] = sizes(full)
-            old = Path(tmp) / "old.jsonl"
-            n_old = old_redeliveries(old, full, a.old, now - timedelta(days=365))
-            _, res = import_file(full, old)
-            got: dict[str, int] = {}
-            for r in res:
-                got[r["decision"]] = got.get(r["decision"], 0) + 1
-            if got != {"duplicate": a.old, "conflict": a.old}:
-                raise SystemExit(
-                    f"pruned events re-delivered: {got} of {n_old}, not duplicates and conflicts"
-                )
-            out["pruned_redeliveries_decided"] = got
-        sampler.stopped.set()
-        sampler.join()
-        out["empty_lines_per_s"] = round(statistics.median(empty_rates))
-        out["full_lines_per_s"] = round(statistics.median(full_rates))
-        out["full_vs_empty"] = round(out["full_lines_per_s"] / out["empty_lines_per_s"], 3)
-        out["full_after_prune_lines_per_s"] = round(statistics.median(after_rates))
-        out["full_after_prune_vs_empty"] = round(
-            out["full_after_prune_lines_per_s"] / out["empty_lines_per_s"], 3
-        )
-        out["empty_rounds"] = [round(x) for x in empty_rates]
-        out["full_rounds"] = [round(x) for x in full_rates]
-        out["full_rounds_beside_prune"] = during
-        out["size_samples"] = sampler.samples[:: max(1, len(sampler.samples) // 40)]
-        out["size_max"] = max(s for _, s in sampler.samples)
-        out["target_full_vs_empty_ge_0.8"] = out["full_vs_empty"] >= 0.8
-        out["loadavg"] = os.getloadavg()
-        out["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        run(a, cluster, out)
     finally:
         cluster.destroy()
+    out["loadavg"] = os.getloadavg()
+    out["measured_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(json.dumps(out))
 
 

@@ -229,7 +229,10 @@ def test_ledger_years_of_a_small_fill_compares_a_full_ledger_with_an_empty_one_b
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
     got = run_bench("ledger_years.py", "--arrivals", "20000", "--lines", "400", "--rounds", "1", "--old", "20")
     assert got["bench"] == "ledger_years" and got["arrivals"] == 20000
-    assert_compared(got["full_lines_per_s"], got["empty_lines_per_s"], got["full_vs_empty"])
+    for phase in ("before_the_prune", "beside_the_prune", "after_the_prune"):
+        p = got[phase]
+        assert_compared(p["full_lines_per_s"], p["empty_lines_per_s"], p["full_vs_empty"])
+    assert got["full_vs_empty_beside_the_prune"] == got["beside_the_prune"]["full_vs_empty"]
     # Whole monthly partitions of arrivals archived and dropped; payloads cleared row by row.
     assert got["prune"]["arrival_partitions"]["dropped"] > 0 and got["prune"]["canonical_payload"]["pruned"] > 0
     # A pruned event's re-delivery meets its first decision through the compact identity.

@@ -308,3 +308,14 @@ async def test_ledger_migrate_makes_the_partitions_and_keeps_the_period_in_use(p
     finally:
         await c.close()
     assert "nothing to do" in ledger(pg_dsn, "migrate").stdout
+
+
+async def test_the_ledgers_connections_never_jit_compile_and_run_in_utc(ledger_dsn: str) -> None:
+    # The arrival-key lookup over many time partitions passed jit_above_cost: compiling it cost
+    # more than running it (bench/ledger_years.py). Every ledger connection turns JIT off.
+    c = await connect(ledger_dsn)
+    try:
+        cur = await c.execute("SELECT current_setting('jit'), current_setting('TimeZone')")
+        assert await cur.fetchone() == ("off", "UTC")
+    finally:
+        await c.close()
