@@ -25,10 +25,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 from agent.ledger.errors import LedgerError
 
 MANIFEST = ".manifest.json"
 FORMAT = "edge-ledger-archive/1 (gzip JSON Lines)"
+# zlib's own default: 2.3 x faster than gzip's 9 on the ledger's rows for 3.6 % more bytes
+# (50,000 arrivals: 0.56 against 1.29 s, 5.41 against 5.22 MB; docs/ledger.md)
+COMPRESSLEVEL = 6
 
 
 class ArchiveError(LedgerError):
@@ -105,7 +110,7 @@ class DayWriter:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{self.table}-{day}-run{self.run}.jsonl.gz.tmp"
         raw = tmp.open("wb")
-        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+        gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESSLEVEL)
         return _Open(day, tmp, raw, gz)
 
     def _close(self) -> None:
@@ -186,7 +191,7 @@ def verify(path: Path) -> list[str]:
         if sha256_of(data) != manifest.get("sha256"):
             problems.append("sha256 differs from the manifest's")
         ids = list(_ids(data, str(manifest.get("id_field"))))
-    except (OSError, EOFError, ValueError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, ValueError, gzip.BadGzipFile) as exc:  # orjson's error is a ValueError
         return [*problems, f"cannot be read: {exc}"]
     if len(ids) != manifest.get("rows"):
         problems.append(f"{len(ids)} rows, the manifest says {manifest.get('rows')}")
@@ -198,7 +203,7 @@ def verify(path: Path) -> list[str]:
 def _ids(data: Path, id_field: str) -> Iterator[Any]:
     with gzip.open(data, "rb") as f:
         for n, raw in enumerate(f, 1):
-            row = json.loads(raw)
+            row = orjson.loads(raw)
             if not isinstance(row, dict):
                 raise ValueError(f"line {n} is not a JSON object")
             yield row.get(id_field)
