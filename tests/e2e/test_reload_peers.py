@@ -1,0 +1,233 @@
+"""A reload of `edge-agent run` against stacks no one here wrote: node-opcua and npm modbus-serial.
+
+tests/e2e/test_reload.py reloads against our own pymodbus simulator; here the devices are
+``peers/node/opcua_server.js`` (node-opcua 2.186.4, PLC-UA, polled reads with a ring of 32) and
+``peers/node/modbus_tcp_server.js`` (modbus-serial 8.0.25, PUMP-07, a ring of 8), both making
+transitions the whole time (about three a second each, PLC-UA ten across its restart). The agent starts with PLC-UA only, then:
+
+1. `edge-agent reload` adds PUMP-07: it starts, its boot and transitions land in the store, and
+   PLC-UA is untouched (node-opcua saw no new session or secure channel; its live poll count went
+   on; no resume logged for it).
+2. PLC-UA's poll interval changes: only PLC-UA restarts (a new node-opcua session, resumed from
+   its positions; modbus-serial accepted no new connection), and no transition made across the
+   restart is lost or arrives twice.
+3. A bad register type (SIGHUP, as `systemctl reload` sends it): INVALID with file:line, nothing
+   changes, both devices go on polling on the connections they had.
+4. `edge-agent reload` removes PUMP-07: its connection closes, a transition made after it is not
+   read, and what it read is still in the store.
+
+Every transition made while its device was polled is stored once (one arrival each), with no
+gap, reset or overrun recorded. The peers' connection counts come from the peers themselves
+(the `count` command of each script), not from the agent. Skips with the reason without
+Node.js or the peers' node_modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from agent_process import agent_env, connections, eventually, start_agent, status_when, stored
+
+from devices.agent_config import device_config
+from devices.controller import ChannelSpec, Controller
+from devices.modbus_map import RegisterMap
+from devices.opcua_nodes import NodeLayout
+from devices.peers import node_missing
+from devices.peers.modbus_peers import ModbusSerialTcp
+from devices.peers.node_opcua import NodeOpcUa
+
+pytestmark = pytest.mark.timeout(120)
+
+UA, MB = "PLC-UA", "PUMP-07"
+Key = tuple[str, str, str]
+
+
+def ua_entry(ctrl: Controller, server: NodeOpcUa, poll: str) -> dict[str, Any]:
+    # 5 s read timeouts: a loaded machine can stall a process for over the default (1 s, 2 s),
+    # and a read that times out reconnects, which is not what this test is about.
+    opcua = {"endpoint": server.endpoint, "security": {"policy": "None"}, "timeout": "5s"}
+    return device_config(ctrl, opcua=opcua, nodes=NodeLayout(ctrl), poll=poll)
+
+
+def mb_entry(ctrl: Controller, server: ModbusSerialTcp) -> dict[str, Any]:
+    modbus = {"host": "127.0.0.1", "port": server.port, "unit": 1, "timeout": "5s"}
+    return device_config(ctrl, modbus=modbus, register_map=RegisterMap(ctrl), poll="100ms")
+
+
+def write(config: Path, db: Path, devices: list[dict[str, Any]]) -> None:
+    doc = {"site": "plant-1", "gateway": "gw-reload-peers", "store": {"path": str(db)}, "devices": devices}
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def reload_cli(config: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "agent", "reload", "-c", str(config), "--wait", "30"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=agent_env())
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as con:
+        return con.execute(sql).fetchall()
+
+
+def polls(status: dict[str, Any], device: str) -> int:
+    return int(connections(status)[device]["polls"])
+
+
+def last_reload(status: dict[str, Any]) -> dict[str, Any]:
+    return dict((status["service"] or {}).get("last_reload") or {})
+
+
+async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_changed(tmp_path: Path) -> None:
+    for package in ("node-opcua-server", "modbus-serial"):
+        if (why := node_missing(package)) is not None:
+            pytest.skip(why)
+    ua_ctrl = Controller(UA, [ChannelSpec("Trip")], ring_capacity=32)
+    mb_ctrl = Controller(MB, [ChannelSpec("Trip")], ring_capacity=8)
+    ua, mb = NodeOpcUa(UA, str(tmp_path / "pki"), ring=32), ModbusSerialTcp(mb_ctrl)
+    config, db, log = tmp_path / "config.yaml", tmp_path / "events.db", tmp_path / "agent.log"
+    made: set[Key] = set()  # every transition made while its device is in the configuration
+    unread: set[Key] = set()  # made on PUMP-07 after it was removed
+    mb_polled = asyncio.Event()  # PUMP-07 is in the configuration: its transitions count
+    fast = asyncio.Event()  # PLC-UA's transitions ten a second (across its restart)
+    done = asyncio.Event()
+
+    async def make_transitions() -> None:
+        while not done.is_set():
+            made.update((f"{UA}/Trip", str(t), "17") for t in await ua.burst(1))
+            if mb_polled.is_set():
+                entry = mb_ctrl.transition("Trip")
+                await mb.sync()
+                made.add((f"{MB}/Trip", str(entry.transition_id), str(entry.boot_id)))
+            await asyncio.sleep(0.1 if fast.is_set() else 0.3)
+
+    await asyncio.gather(ua.start(), mb.start())
+    agent: asyncio.subprocess.Process | None = None
+    code: int | None = None
+    try:
+        ua_only = [ua_entry(ua_ctrl, ua, "100ms")]
+        both = [ua_entry(ua_ctrl, ua, "100ms"), mb_entry(mb_ctrl, mb)]
+        write(config, db, ua_only)
+        agent = await start_agent(config, log)
+        await eventually(lambda: db.exists() and "started" in log.read_text())
+        started = await status_when(config, lambda s: connections(s).get(UA, {}).get("state") == "up")
+        loading = asyncio.create_task(make_transitions())
+        await eventually(lambda: len(stored(db)) >= 3)
+
+        # 1. PUMP-07 added (on modbus-serial); PLC-UA untouched.
+        ua_before, ua_polls = await ua.clients(), polls(await status_when(config, lambda s: True), UA)
+        write(config, db, both)
+        added = await asyncio.to_thread(reload_cli, config)
+        mb_polled.set()
+        first = await status_when(
+            config, lambda s: connections(s).get(MB, {}).get("state") == "up" and polls(s, UA) > ua_polls
+        )
+        await eventually(lambda: any(k[0] == f"{MB}/Trip" for k in stored(db)))
+        ua_after_add = await ua.clients()
+        mb_after_add = await mb.connections()
+
+        # 2. PLC-UA's poll interval 100ms -> 150ms: only PLC-UA restarts, its transitions ten a
+        # second before, during and after (its ring of 32 holds a 3 s outage; PUMP-07's go on too).
+        fast.set()
+        await asyncio.sleep(1.0)
+        write(config, db, [ua_entry(ua_ctrl, ua, "150ms"), mb_entry(mb_ctrl, mb)])
+        changed = await asyncio.to_thread(reload_cli, config)
+        await asyncio.sleep(1.0)
+        fast.clear()
+        await asyncio.sleep(1.0)
+        ua_after_change, mb_after_change = await ua.clients(), await mb.connections()
+        mb_polls = polls(await status_when(config, lambda s: True), MB)
+
+        # 3. A bad register type (SIGHUP): INVALID with file:line, nothing changes.
+        good = config.read_text()
+        bad_line = good[: good.index("type: uint16")].count("\n") + 1
+        config.write_text(good.replace("type: uint16", "type: uint17", 1))
+        agent.send_signal(signal.SIGHUP)
+        invalid = await status_when(config, lambda s: last_reload(s).get("result") == "invalid")
+        kept = await status_when(config, lambda s: polls(s, MB) > mb_polls + 10)
+        ua_after_invalid, mb_after_invalid = await ua.clients(), await mb.connections()
+        config.write_text(good)
+
+        # 4. PUMP-07 removed: it stops; what it read stays.
+        mb_polled.clear()
+        await asyncio.sleep(1.0)  # its last transition polled before it goes
+        mb_read = {k for k in stored(db) if k[0] == f"{MB}/Trip"}
+        write(config, db, [ua_entry(ua_ctrl, ua, "150ms")])
+        removed = await asyncio.to_thread(reload_cli, config)
+        mb_after_remove = await mb.connections()
+        entry = mb_ctrl.transition("Trip")
+        await mb.sync()
+        unread.add((f"{MB}/Trip", str(entry.transition_id), str(entry.boot_id)))
+        after = await status_when(config, lambda s: polls(s, UA) > polls(kept, UA) + 10)
+
+        done.set()
+        await loading
+        await eventually(lambda: made <= set(stored(db)), timeout=30)
+        await asyncio.sleep(1.0)  # a late read of PUMP-07 would have landed by now
+        ua_final = await ua.clients()
+    finally:
+        done.set()
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(agent.wait(), 40)
+        await asyncio.gather(ua.stop(), mb.stop())
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    events = stored(db)
+    figures = {
+        "ua_sessions": [ua_before, ua_after_add, ua_after_change, ua_after_invalid, ua_final],
+        "mb_connections": [mb_after_add, mb_after_change, mb_after_invalid, mb_after_remove],
+        "events": len(events),
+    }
+    print(json.dumps(figures))
+
+    # 1. Added: PUMP-07 started on modbus-serial and its boot is in the store; PLC-UA kept its
+    # node-opcua session and secure channel (none opened since), its polls went on, no resume.
+    assert added.returncode == 0 and "reload applied at " in added.stdout, added.stdout + added.stderr
+    assert f"devices: +{MB}, 1 unchanged" in added.stdout, added.stdout
+    assert ua_after_add == ua_before and ua_before["sessions_open"] == 1, figures
+    assert mb_after_add[1] == 1, figures
+    assert [r[0] for r in rows(db, f"SELECT boot_id FROM boots WHERE device = '{MB}'")] == ["17"]
+    assert connections(first)[UA]["polls"] > ua_polls
+    assert first["service"]["config_hash"] != started["service"]["config_hash"]
+
+    # 2. Changed: PLC-UA restarted (one new session, resumed from its positions), PUMP-07 not.
+    assert changed.returncode == 0 and f"devices: ~{UA}, 1 unchanged" in changed.stdout, changed.stdout
+    assert ua_after_change["sessions"] == ua_after_add["sessions"] + 1, figures
+    assert ua_after_change["sessions_open"] == 1, figures
+    assert mb_after_change == mb_after_add, figures
+    assert text.count(f"resuming device={UA} ") == 1, "PLC-UA resumed once, at its own change"
+    assert f"resuming device={MB} " not in text, "PUMP-07 was never restarted"
+
+    # 3. Invalid: said with file:line, the configuration in force kept, no connection touched.
+    problems = last_reload(invalid)["problems"]
+    assert any(f"{config}:{bad_line}" in p and "uint17" in p for p in problems), problems
+    assert invalid["service"]["config_hash"] == kept["service"]["config_hash"]
+    refusals = [
+        line for line in text.splitlines() if "reload refused, the configuration in force is kept" in line
+    ]
+    assert any(f"{config}:{bad_line}: devices[1]" in line for line in refusals), refusals
+    assert (ua_after_invalid, mb_after_invalid) == (ua_after_change, mb_after_change), figures
+
+    # 4. Removed: PUMP-07's connection closed, nothing read after, what it read kept.
+    assert removed.returncode == 0 and f"devices: -{MB}, 1 unchanged" in removed.stdout, removed.stdout
+    assert mb_after_remove == (mb_after_change[0], 0), figures
+    assert set(connections(after)) == {UA}
+    assert mb_read and mb_read <= set(events)
+    assert not unread & set(events), "a removed device reads nothing more"
+    assert ua_final == ua_after_change, "PLC-UA untouched by the invalid edit and the removal"
+
+    # Across all four: every transition once, one arrival each, nothing named missing.
+    assert made == set(events) and all(n == 1 for n in events.values()), sorted(set(events) ^ made)
+    decisions = rows(db, "SELECT decision, count(*) FROM arrivals GROUP BY 1")
+    assert decisions == [("inserted", len(events))], decisions
+    assert rows(db, "SELECT source, kind, from_value, to_value FROM anomalies") == []
+    assert len(rows(db, "SELECT * FROM boots")) == 2, "one boot per device: no restart seen as a reboot"
