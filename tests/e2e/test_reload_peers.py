@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -49,6 +51,8 @@ pytestmark = pytest.mark.timeout(120)
 
 UA, MB = "PLC-UA", "PUMP-07"
 Key = tuple[str, str, str]
+T = TypeVar("T")
+RESUMED = re.compile(r"resuming device=(\S+) boot_id=17 positions=Trip:(\d+) ring_head=(\S+)")
 
 
 def ua_entry(ctrl: Controller, server: NodeOpcUa, poll: str) -> dict[str, Any]:
@@ -86,6 +90,15 @@ def last_reload(status: dict[str, Any]) -> dict[str, Any]:
     return dict((status["service"] or {}).get("last_reload") or {})
 
 
+async def settled(ask: Callable[[], Awaitable[T]], check: Callable[[T], bool], timeout: float = 15.0) -> T:
+    """A peer's count, asked again until `check` holds (a server sees a close a moment after the
+    client made it), or as it last was after `timeout`: the assertions say what it should be."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check(value := await ask()) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+    return value
+
+
 async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_changed(tmp_path: Path) -> None:
     for package in ("node-opcua-server", "modbus-serial"):
         if (why := node_missing(package)) is not None:
@@ -95,7 +108,6 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
     ua, mb = NodeOpcUa(UA, str(tmp_path / "pki"), ring=32), ModbusSerialTcp(mb_ctrl)
     config, db, log = tmp_path / "config.yaml", tmp_path / "events.db", tmp_path / "agent.log"
     made: set[Key] = set()  # every transition made while its device is in the configuration
-    unread: set[Key] = set()  # made on PUMP-07 after it was removed
     mb_polled = asyncio.Event()  # PUMP-07 is in the configuration: its transitions count
     fast = asyncio.Event()  # PLC-UA's transitions ten a second (across its restart)
     done = asyncio.Event()
@@ -162,17 +174,29 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
         mb_read = {k for k in stored(db) if k[0] == f"{MB}/Trip"}
         write(config, db, [ua_entry(ua_ctrl, ua, "150ms")])
         removed = await asyncio.to_thread(reload_cli, config)
-        mb_after_remove = await mb.connections()
-        entry = mb_ctrl.transition("Trip")
+        mb_after_remove = await settled(mb.connections, lambda c: c[1] == 0)
+        entry = mb_ctrl.transition("Trip")  # made while PUMP-07 is not polled: its ring keeps it
         await mb.sync()
-        unread.add((f"{MB}/Trip", str(entry.transition_id), str(entry.boot_id)))
+        away = (f"{MB}/Trip", str(entry.transition_id), str(entry.boot_id))
         after = await status_when(config, lambda s: polls(s, UA) > polls(kept, UA) + 10)
-
         done.set()
         await loading
         await eventually(lambda: made <= set(stored(db)), timeout=30)
-        await asyncio.sleep(1.0)  # a late read of PUMP-07 would have landed by now
-        ua_final = await ua.clients()
+        while_away = set(stored(db))
+        ua_after_remove = await ua.clients()
+
+        # 5. One reload: PUMP-07 back (it resumes where it stood), PLC-UA removed.
+        write(config, db, [mb_entry(mb_ctrl, mb)])
+        swapped = await asyncio.to_thread(reload_cli, config)
+        ua_gone = await settled(ua.clients, lambda c: c["sessions_open"] == c["channels_open"] == 0)
+        made.add(away)
+        entry = mb_ctrl.transition("Trip")
+        await mb.sync()
+        made.add((f"{MB}/Trip", str(entry.transition_id), str(entry.boot_id)))
+        ua_unread = {(f"{UA}/Trip", str(t), "17") for t in await ua.burst(1)}
+        await eventually(lambda: made <= set(stored(db)), timeout=30)
+        await asyncio.sleep(1.0)  # a late read of PLC-UA would have landed by now
+        mb_back = await mb.connections()
     finally:
         done.set()
         if agent is not None:
@@ -183,9 +207,12 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
     assert code == 0, text[-3000:]
     events = stored(db)
     figures = {
-        "ua_sessions": [ua_before, ua_after_add, ua_after_change, ua_after_invalid, ua_final],
-        "mb_connections": [mb_after_add, mb_after_change, mb_after_invalid, mb_after_remove],
+        "ua_clients": [ua_before, ua_after_add, ua_after_change, ua_after_invalid, ua_after_remove, ua_gone],
+        "mb_connections": [mb_after_add, mb_after_change, mb_after_invalid, mb_after_remove, mb_back],
         "events": len(events),
+        "read_again": rows(
+            db, "SELECT source, count(*) FROM arrivals WHERE decision != 'inserted' GROUP BY 1"
+        ),
     }
     print(json.dumps(figures))
 
@@ -205,7 +232,6 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
     assert ua_after_change["sessions_open"] == 1, figures
     assert mb_after_change == mb_after_add, figures
     assert text.count(f"resuming device={UA} ") == 1, "PLC-UA resumed once, at its own change"
-    assert f"resuming device={MB} " not in text, "PUMP-07 was never restarted"
 
     # 3. Invalid: said with file:line, the configuration in force kept, no connection touched.
     problems = last_reload(invalid)["problems"]
@@ -217,17 +243,39 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
     assert any(f"{config}:{bad_line}: devices[1]" in line for line in refusals), refusals
     assert (ua_after_invalid, mb_after_invalid) == (ua_after_change, mb_after_change), figures
 
-    # 4. Removed: PUMP-07's connection closed, nothing read after, what it read kept.
+    # 4. Removed: PUMP-07's connection closed, nothing read after, what it read kept; PLC-UA untouched.
     assert removed.returncode == 0 and f"devices: -{MB}, 1 unchanged" in removed.stdout, removed.stdout
     assert mb_after_remove == (mb_after_change[0], 0), figures
     assert set(connections(after)) == {UA}
     assert mb_read and mb_read <= set(events)
-    assert not unread & set(events), "a removed device reads nothing more"
-    assert ua_final == ua_after_change, "PLC-UA untouched by the invalid edit and the removal"
+    assert away not in while_away, "a removed device reads nothing more"
+    assert ua_after_remove == ua_after_change, figures
 
-    # Across all four: every transition once, one arrival each, nothing named missing.
+    # 5. PLC-UA removed: its node-opcua session and channel closed, nothing read after, what it read
+    # kept; PUMP-07 back on one new connection, from its positions: what it missed read once, no gap.
+    assert swapped.returncode == 0 and f"devices: +{MB} -{UA}, 0 unchanged" in swapped.stdout, swapped.stdout
+    assert ua_gone["sessions"] == ua_after_remove["sessions"], figures
+    assert mb_back == (mb_after_remove[0] + 1, 1), figures
+    assert text.count(f"resuming device={MB} ") == 1, "PUMP-07 resumed once, when it came back"
+    assert not ua_unread & set(events), "a removed device reads nothing more"
+    assert {k for k in while_away if k[0] == f"{UA}/Trip"} <= set(events)
+
+    # Across all five: every transition stored once, nothing named missing. Read again only what
+    # docs/pollers.md ("Resume from the store") says a resumed device reads again: ring entries
+    # newer than the recorded ring head that were read live before its stop (`duplicate`s;
+    # with one channel a ring entry's seq is its transitionId). No live read is ever repeated.
     assert made == set(events) and all(n == 1 for n in events.values()), sorted(set(events) ^ made)
-    decisions = rows(db, "SELECT decision, count(*) FROM arrivals GROUP BY 1")
-    assert decisions == [("inserted", len(events))], decisions
+    inserted = rows(db, "SELECT count(*) FROM arrivals WHERE decision = 'inserted'")
+    assert inserted == [(len(events),)], rows(db, "SELECT decision, count(*) FROM arrivals GROUP BY 1")
+    resumed = {d: (int(head) if head.isdigit() else 0, int(tid)) for d, tid, head in RESUMED.findall(text)}
+    again = rows(
+        db, "SELECT source, transition_id, live, decision FROM arrivals WHERE decision != 'inserted'"
+    )
+
+    def as_documented(source: str, tid: str, live: int, decision: str) -> bool:
+        head, position = resumed.get(source.split("/")[0], (0, 0))
+        return decision == "duplicate" and live == 0 and head < int(tid) <= position
+
+    assert all(as_documented(*r) for r in again), (again, resumed)
     assert rows(db, "SELECT source, kind, from_value, to_value FROM anomalies") == []
     assert len(rows(db, "SELECT * FROM boots")) == 2, "one boot per device: no restart seen as a reboot"
