@@ -1,25 +1,29 @@
 """A reload of `edge-agent run` against stacks no one here wrote: node-opcua and npm modbus-serial.
 
 tests/e2e/test_reload.py reloads against our own pymodbus simulator; here the devices are
-``peers/node/opcua_server.js`` (node-opcua 2.186.4, PLC-UA, polled reads with a ring of 32) and
-``peers/node/modbus_tcp_server.js`` (modbus-serial 8.0.25, PUMP-07, a ring of 8), both making
-transitions the whole time (about three a second each, PLC-UA ten across its restart). The agent starts with PLC-UA only, then:
+``peers/node/opcua_server.js`` (node-opcua 2.186.4: PLC-UA, polled reads, a ring of 32) and
+``peers/node/modbus_tcp_server.js`` (modbus-serial 8.0.25: PUMP-07, a ring of 8), both making
+transitions the whole time (about three a second each; PLC-UA ten across its restart). The agent
+starts with PLC-UA only, then:
 
 1. `edge-agent reload` adds PUMP-07: it starts, its boot and transitions land in the store, and
-   PLC-UA is untouched (node-opcua saw no new session or secure channel; its live poll count went
-   on; no resume logged for it).
-2. PLC-UA's poll interval changes: only PLC-UA restarts (a new node-opcua session, resumed from
-   its positions; modbus-serial accepted no new connection), and no transition made across the
-   restart is lost or arrives twice.
+   PLC-UA is untouched (node-opcua saw no new session or secure channel, its live poll count went
+   on, no resume logged for it).
+2. PLC-UA's poll interval changes: only PLC-UA restarts (one new node-opcua session, resumed from
+   its positions; modbus-serial accepted no new connection); nothing made across the restart is
+   lost, and nothing is read twice.
 3. A bad register type (SIGHUP, as `systemctl reload` sends it): INVALID with file:line, nothing
    changes, both devices go on polling on the connections they had.
 4. `edge-agent reload` removes PUMP-07: its connection closes, a transition made after it is not
-   read, and what it read is still in the store.
+   read, what it read is still in the store, PLC-UA untouched.
+5. One reload brings PUMP-07 back and removes PLC-UA: node-opcua's session and channel close,
+   PUMP-07 resumes from its positions and reads from its ring what it missed while away.
 
-Every transition made while its device was polled is stored once (one arrival each), with no
-gap, reset or overrun recorded. The peers' connection counts come from the peers themselves
-(the `count` command of each script), not from the agent. Skips with the reason without
-Node.js or the peers' node_modules.
+Every transition made while its device was configured is stored once, with no gap, reset or
+overrun recorded; arrivals beyond one per transition are only the ring re-reads that
+docs/pollers.md allows a resumed device. The connection counts come from the peers themselves
+(each script's `count` command), not from the agent. Skips with the reason without Node.js or
+the peers' node_modules. About 25 s on a loaded 2-core machine.
 """
 
 from __future__ import annotations
