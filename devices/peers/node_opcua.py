@@ -3,8 +3,11 @@
 :class:`NodeOpcUa` starts the server as a Node.js process serving one controller with one channel
 (``Trip``, a ring of ``ring`` slots, the node layout of devices/opcua_nodes.py) and turns its
 stdin/stdout protocol into awaitable calls: transitions (:meth:`burst`), a counter reset
-(:meth:`reset`) and the clients it has seen (:meth:`clients`: sessions created and secure
-channels opened, so a test tells a client that kept its connection from one that reconnected).
+(:meth:`reset`), a restart as a new boot on the same endpoint (:meth:`restart`) and the clients
+it has seen (:meth:`clients`: sessions created and secure channels opened, so a test tells a
+client that kept its connection from one that reconnected). With ``tls`` (the server's
+certificate and key, PEM) its only endpoint is Basic256Sha256 SignAndEncrypt; clients'
+certificates are accepted unseen unless ``reject_unknown_clients``.
 
 Start-up costs about 2-6 s on a 2-core machine (node-opcua loads its standard address space).
 """
@@ -28,8 +31,19 @@ ANSWER_BACKSTOP_S = 30.0
 class NodeOpcUa:
     """One node-opcua server process; ``endpoint`` once started."""
 
-    def __init__(self, name: str, pki: str, *, ring: int = 8, boot_id: int = 17, port: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        pki: str,
+        *,
+        ring: int = 8,
+        boot_id: int = 17,
+        port: int = 0,
+        tls: tuple[str, str] | None = None,
+        reject_unknown_clients: bool = False,
+    ) -> None:
         self.name, self.pki, self.ring, self.boot_id, self.port = name, pki, ring, boot_id, port
+        self.tls, self.reject_unknown_clients = tls, reject_unknown_clients
         self.proc: asyncio.subprocess.Process | None = None
         self.endpoint = ""
         self._lock = asyncio.Lock()
@@ -43,10 +57,11 @@ class NodeOpcUa:
             self.pki,
             str(self.boot_id),
             str(self.port),
+            *(self.tls or ()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "REJECT_UNKNOWN_CLIENTS": "0"},
+            env={**os.environ, "REJECT_UNKNOWN_CLIENTS": "1" if self.reject_unknown_clients else "0"},
         )
         ready = await self._answer(("READY ", "FAILED"), START_BACKSTOP_S)
         if not ready.startswith("READY "):
@@ -60,6 +75,12 @@ class NodeOpcUa:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGKILL)
             await proc.wait()
+
+    async def restart(self, boot_id: int) -> None:
+        """The process killed and started again on the same endpoint as boot ``boot_id`` (counters at 0)."""
+        await self.stop()
+        self.boot_id = boot_id
+        await self.start()
 
     async def _answer(self, prefixes: tuple[str, ...], backstop: float) -> str:
         assert self.proc is not None and self.proc.stdout is not None, "the server is not running"
