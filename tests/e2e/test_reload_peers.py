@@ -128,6 +128,7 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
 
     await asyncio.gather(ua.start(), mb.start())
     agent: asyncio.subprocess.Process | None = None
+    loading: asyncio.Task[None] | None = None
     code: int | None = None
     try:
         ua_only = [ua_entry(ua_ctrl, ua, "100ms")]
@@ -163,7 +164,7 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
         ua_after_change, mb_after_change = await ua.clients(), await mb.connections()
         mb_polls = polls(await status_when(config, lambda s: True), MB)
 
-        # 3. A bad register type (SIGHUP): INVALID with file:line, nothing changes.
+        # 3. A bad register type: the command sends nothing; SIGHUP: INVALID with file:line, nothing changes.
         good = config.read_text()
         bad_line = good[: good.index("type: uint16")].count("\n") + 1
         config.write_text(good.replace("type: uint16", "type: uint17", 1))
@@ -205,6 +206,8 @@ async def test_reload_against_node_opcua_and_modbus_serial_touches_only_what_cha
         mb_back = await mb.connections()
     finally:
         done.set()
+        if loading is not None and not loading.done():  # a failure above: no burst to a stopped peer
+            loading.cancel()
         if agent is not None:
             agent.send_signal(signal.SIGTERM)
             try:
