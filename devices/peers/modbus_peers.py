@@ -186,3 +186,8 @@ class ModbusSerialTcp(PeerModbus):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         super().__init__(controller, ["node", str(TCP_SCRIPT), str(port)])
+
+    async def connections(self) -> tuple[int, int]:
+        """(TCP connections accepted since the start, open now)."""
+        _, accepted, open_now = (await self.command("count")).split()
+        return int(accepted), int(open_now)

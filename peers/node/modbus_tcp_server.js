@@ -9,6 +9,8 @@
 //   regs START V1 V2 ...        set holding registers (input registers read the same memory)
 //   exception START COUNT CODE  reads overlapping [START, START+COUNT) answer exception CODE
 //   clear                       no exceptions
+// and `count`, answered `COUNT ACCEPTED OPEN`: the TCP connections accepted since the start and
+// those open now (a client that kept its connection is told from one that reconnected).
 "use strict";
 const readline = require("readline");
 const ModbusRTU = require("modbus-serial");
@@ -32,7 +34,14 @@ const vector = {
 
 const server = new ModbusRTU.ServerTCP(vector, { host: "127.0.0.1", port: Number(process.argv[2] || 0), unitID: 1 });
 server.on("socketError", () => {});
+let accepted = 0;
+let open = 0;
 server.on("initialized", () => {
+  server._server.on("connection", (socket) => {
+    accepted += 1;
+    open += 1;
+    socket.on("close", () => (open -= 1));
+  });
   const address = server._server.address();
   process.stdout.write(`READY ${address.port}\n`);
 });
@@ -49,6 +58,9 @@ lines.on("line", (line) => {
     exc = { start: Number(args[0]), count: Number(args[1]), code: Number(args[2]) };
   } else if (cmd === "clear") {
     exc = null;
+  } else if (cmd === "count") {
+    process.stdout.write(`COUNT ${accepted} ${open}\n`);
+    return;
   } else {
     process.stdout.write(`ERROR unknown command ${cmd}\n`);
     return;

@@ -7,7 +7,10 @@
 // `reset N` the channel's transition counter set to N (no ring entry, no event: a counter reset
 // within the boot, as devices/controller.py's set_counter), answered by `DONE {...}` too.
 // BOOT_ID (default 17) and PORT (default 0: a free one) let a test restart the server on the
-// same endpoint as a new boot; counters start at 0. With CERT_PEM and KEY_PEM (the server's
+// same endpoint as a new boot; counters start at 0. Per line `count` the clients it has seen,
+// answered by `DONE {"sessions": N, "channels": N, "sessions_open": N, "channels_open": N}`
+// (sessions created and secure channels opened since it started, and those open now), so a
+// test can tell a client that kept its connection from one that reconnected. With CERT_PEM and KEY_PEM (the server's
 // certificate, application URI urn:edge-agent:sim:server as devices/pki.py makes it) the only
 // endpoint is Basic256Sha256 SignAndEncrypt; clients' certificates are accepted unseen.
 //
@@ -49,6 +52,10 @@ async function main() {
     serverCertificateManager,
     maxConnectionsPerEndpoint: 10,
   });
+  let sessions = 0;
+  let channels = 0;
+  server.on("create_session", () => (sessions += 1));
+  server.on("newChannel", () => (channels += 1));
   await server.initialize();
   const addressSpace = server.engine.addressSpace;
   const ns = addressSpace.registerNamespace(NAMESPACE);
@@ -185,6 +192,11 @@ async function main() {
   const lines = readline.createInterface({ input: process.stdin });
   for await (const line of lines) {
     const [command, n, rate, chunk] = line.trim().split(/\s+/);
+    if (command === "count") {
+      const open = { sessions_open: server.currentSessionCount, channels_open: server.currentChannelCount };
+      process.stdout.write(`DONE ${JSON.stringify({ sessions, channels, ...open })}\n`);
+      continue;
+    }
     if (command === "reset") {
       tid = Number(n);
       write(tidNode, DataType.UInt32, tid, at);

@@ -16,8 +16,6 @@ without Node.js or ``peers/node``.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,8 @@ from agent.sources.opcua.trust import describe, read_certificate
 from devices.agent_config import device_config
 from devices.controller import ChannelSpec, Controller
 from devices.opcua_nodes import NodeLayout
-from devices.peers import NODE_DIR, node_missing
+from devices.peers import node_missing
+from devices.peers.node_opcua import NodeOpcUa
 from devices.pki import make_test_pki
 
 pytestmark = pytest.mark.timeout(90)
@@ -44,64 +43,12 @@ NAME = "PLC-UA"
 TRIP = f"{NAME}/Trip"
 
 
-class NodeServer:
-    def __init__(self, proc: asyncio.subprocess.Process, endpoint: str, pki: Path) -> None:
-        self.proc, self.endpoint, self.pki = proc, endpoint, pki
-
-    async def command(self, line: str) -> None:
-        """One stdin command (``burst N RATE CHUNK`` or ``reset N``); returns when the server did it."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{line}\n".encode())
-        await self.proc.stdin.drain()
-        while not (await self.proc.stdout.readline()).startswith(b"DONE "):
-            pass
-
-    async def burst(self, n: int, chunk: int) -> None:
-        """``n`` transitions, ``chunk`` per write of the nodes; returns when the server made them."""
-        await self.command(f"burst {n} 0 {chunk}")
-
-    async def stop(self) -> None:
-        self.proc.kill()
-        await self.proc.wait()
-
-    async def restart(self, boot_id: int) -> None:
-        """The process killed and started again on the same endpoint as boot ``boot_id`` (counters at 0)."""
-        await self.stop()
-        port = int(self.endpoint.rsplit(":", 1)[1].split("/")[0])
-        fresh = await start_node_server(self.pki, boot_id, port)
-        self.proc, self.endpoint = fresh.proc, fresh.endpoint
-
-
-async def start_node_server(
-    pki: Path, boot_id: int = 17, port: int = 0, *tls: str, reject_unknown_clients: bool = False
-) -> NodeServer:
-    env = {**os.environ, "REJECT_UNKNOWN_CLIENTS": "1" if reject_unknown_clients else "0"}
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(NODE_DIR / "opcua_server.js"),
-        NAME,
-        "8",
-        str(pki),
-        str(boot_id),
-        str(port),
-        *tls,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    assert proc.stdout is not None
-    async with asyncio.timeout(60):
-        while not (line := (await proc.stdout.readline()).decode()).startswith("READY "):
-            assert line, "the node-opcua server ended before it was ready"
-    return NodeServer(proc, json.loads(line[6:])["endpoint"], pki)
-
-
 @pytest_asyncio.fixture
-async def node_server(tmp_path: Path) -> AsyncIterator[NodeServer]:
+async def node_server(tmp_path: Path) -> AsyncIterator[NodeOpcUa]:
     if (why := node_missing()) is not None:
         pytest.skip(why)
-    server = await start_node_server(tmp_path / "pki")
+    server = NodeOpcUa(NAME, str(tmp_path / "pki"))
+    await server.start()
     try:
         yield server
     finally:
@@ -117,7 +64,7 @@ def load_devices(tmp_path: Path, entry: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize("subscribe", [False, True], ids=["polled reads", "subscription with reconcile"])
 async def test_transitions_on_node_opcua_are_all_recorded_polled_or_subscribed(
-    node_server: NodeServer,
+    node_server: NodeOpcUa,
     agent_for: Any,
     wait_until: Any,
     subscribe: bool,
@@ -148,7 +95,7 @@ async def test_transitions_on_node_opcua_are_all_recorded_polled_or_subscribed(
 
 
 async def test_a_node_opcua_server_restart_as_a_new_boot_is_observed_and_keys_the_new_transitions(
-    node_server: NodeServer, agent_for: Any, wait_until: Any, tmp_path: Path
+    node_server: NodeOpcUa, agent_for: Any, wait_until: Any, tmp_path: Path
 ) -> None:
     # P11 and P2 together: the subscribed agent reconnects by itself to the restarted process,
     # records BootObserved (18, previous 17) naming the node, and keys what follows under 18.
@@ -181,7 +128,7 @@ async def test_a_node_opcua_server_restart_as_a_new_boot_is_observed_and_keys_th
 
 
 async def test_a_counter_reset_on_node_opcua_is_a_reset_anomaly_and_a_conflict(
-    node_server: NodeServer, agent_for: Any, wait_until: Any, tmp_path: Path
+    node_server: NodeOpcUa, agent_for: Any, wait_until: Any, tmp_path: Path
 ) -> None:
     # P8/P17 as tests/integration/test_counter_reset.py: T3 -> 0 -> T1 again (other state and
     # source time) within boot 17: a `reset` anomaly, the store decides `conflict`, both kept.
@@ -223,7 +170,7 @@ async def test_a_counter_reset_on_node_opcua_is_a_reset_anomaly_and_a_conflict(
 
 async def secure_node_server(
     tmp_path: Path, *, reject_unknown_clients: bool = False
-) -> tuple[Any, NodeServer]:
+) -> tuple[Any, NodeOpcUa]:
     """A node-opcua server offering only Basic256Sha256 SignAndEncrypt with devices/pki.py's
     server certificate, and the test PKI (its trusted client is the agent's certificate)."""
     if (why := node_missing()) is not None:
@@ -232,14 +179,13 @@ async def secure_node_server(
     cert_pem = tmp_path / "server_cert.pem"
     cert = x509.load_der_x509_certificate(pki.server.certificate.read_bytes())
     cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    server = await start_node_server(
-        tmp_path / "pki", 17, 0, str(cert_pem), str(pki.server.private_key),
-        reject_unknown_clients=reject_unknown_clients,
-    )  # fmt: skip
+    tls = (str(cert_pem), str(pki.server.private_key))
+    server = NodeOpcUa(NAME, str(tmp_path / "pki"), tls=tls, reject_unknown_clients=reject_unknown_clients)
+    await server.start()
     return pki, server
 
 
-def secure_device(pki: Any, server: NodeServer, **entry: Any) -> dict[str, Any]:
+def secure_device(pki: Any, server: NodeOpcUa, **entry: Any) -> dict[str, Any]:
     """The device's config: SignAndEncrypt with the agent's certificate, the server's pinned."""
     security = {
         "policy": "Basic256Sha256",
@@ -307,10 +253,7 @@ async def test_node_opcua_refusing_our_certificate_is_an_unavailable_link_that_s
         # node-opcua reads its trusted folder when it starts; its file watcher may notice a moved
         # file much later on a loaded machine (over 90 s in a CI run), so the server is restarted
         # on the same endpoint, as an administrator would, and the same source connects again.
-        await server.stop()
-        port = int(server.endpoint.rsplit(":", 1)[1].split("/")[0])
-        tls = (str(tmp_path / "server_cert.pem"), str(pki.server.private_key))
-        server = await start_node_server(tmp_path / "pki", 17, port, *tls, reject_unknown_clients=True)
+        await server.restart(boot_id=17)
         for _ in range(100):
             try:
                 await src.connect()
