@@ -1,6 +1,7 @@
 """The arbiter's rate beside the number of time partitions `arrival` has.
 
-Prints one JSON line per count. A throwaway PostgreSQL cluster of its own (tests/ledger/pgcluster.py,
+Prints ONE JSON line: each count's figures under `runs`, and each count's rate against the
+unpartitioned ledger's (count 0) when it was measured. A throwaway PostgreSQL cluster of its own (tests/ledger/pgcluster.py,
 fsync on); per count a new migrated ledger with that many day partitions (the ones before today
 made empty, as a ledger keeping `arrivals: <count>d` with `partition: day` has them, minus their
 rows), then `--batches` batches of `--batch` import lines with fresh keys, half of them
@@ -96,10 +97,14 @@ def main() -> None:
         sys.exit("no PostgreSQL server binaries (initdb, pg_ctl)")
     cluster = pgcluster.create(bindir, durable=True)
     try:
-        for count in (int(c) for c in args.counts.split(",")):
-            print(json.dumps(asyncio.run(one(cluster, count, args.batches, args.batch))), flush=True)
+        runs = [asyncio.run(one(cluster, int(c), args.batches, args.batch)) for c in args.counts.split(",")]
     finally:
         cluster.destroy()
+    base = next((r["arrivals_per_s"] for r in runs if r["partitions"] == 0), None)
+    for r in runs:
+        if base:
+            r["vs_unpartitioned"] = round(r["arrivals_per_s"] / base, 3)
+    print(json.dumps({"bench": "ledger_partition_count", "batch": args.batch, "runs": runs}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Migration 0007 (time partitions) on a filled ledger of version 6: how long it takes.
 
-Prints one JSON line per layout. A throwaway PostgreSQL cluster of its own (tests/ledger/pgcluster.py,
+Prints ONE JSON line: each layout's figures under `runs`. A throwaway PostgreSQL cluster of its own (tests/ledger/pgcluster.py,
 fsync on) holds a version-6 ledger filled inside the server by tests/ledger/bigledger.py (`--events`
 canonical events, two arrivals each, a notification per two events, conflicts, pending arrivals,
 boots, anomalies, review marks), VACUUM (ANALYZE)d; then `migrations.migrate` applies 0007 and is
@@ -111,10 +111,10 @@ def main() -> None:
         sys.exit("no PostgreSQL server binaries (initdb, pg_ctl)")
     cluster = pgcluster.create(bindir, durable=True)
     try:
-        for layout in args.layouts.split(","):
-            print(json.dumps(asyncio.run(one(cluster, layout, args.events))), flush=True)
+        runs = [asyncio.run(one(cluster, layout, args.events)) for layout in args.layouts.split(",")]
     finally:
         cluster.destroy()
+    print(json.dumps({"bench": "ledger_partition_migration", "events": args.events, "runs": runs}))
 
 
 if __name__ == "__main__":

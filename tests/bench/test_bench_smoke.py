@@ -227,16 +227,38 @@ def test_ledger_years_of_a_small_fill_compares_a_full_ledger_with_an_empty_one_b
 
     if pgcluster.find_binaries() is None:
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
-    got = run_bench("ledger_years.py", "--arrivals", "20000", "--lines", "400", "--rounds", "1", "--old", "20")
+    got = run_bench(
+        "ledger_years.py", "--arrivals", "20000", "--lines", "400", "--rounds", "1", "--old", "20"
+    )
     assert got["bench"] == "ledger_years" and got["arrivals"] == 20000
     for phase in ("before_the_prune", "beside_the_prune", "after_the_prune"):
         p = got[phase]
         assert_compared(p["full_lines_per_s"], p["empty_lines_per_s"], p["full_vs_empty"])
     assert got["full_vs_empty_beside_the_prune"] == got["beside_the_prune"]["full_vs_empty"]
     # Whole monthly partitions of arrivals archived and dropped; payloads cleared row by row.
-    assert got["prune"]["arrival_partitions"]["dropped"] > 0 and got["prune"]["canonical_payload"]["pruned"] > 0
+    assert (
+        got["prune"]["arrival_partitions"]["dropped"] > 0 and got["prune"]["canonical_payload"]["pruned"] > 0
+    )
     # A pruned event's re-delivery meets its first decision through the compact identity.
     assert got["pruned_redeliveries_decided"] == {"duplicate": 20, "conflict": 20}
+
+
+def test_ledger_partition_count_and_migration_of_a_few_rows() -> None:
+    pytest.importorskip("psycopg", reason="the ledger extra (psycopg) is not installed")
+    sys.path.insert(0, str(ROOT / "tests" / "ledger"))
+    import pgcluster
+
+    if pgcluster.find_binaries() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install the postgresql package")
+    got = run_bench("ledger_partition_count.py", "--counts", "0,3", "--batches", "2", "--batch", "50")
+    assert got["bench"] == "ledger_partition_count" and [r["partitions"] for r in got["runs"]] == [0, 3]
+    for r in got["runs"]:
+        assert r["arrivals_per_s"] > 0
+        assert r["vs_unpartitioned"] == pytest.approx(
+            r["arrivals_per_s"] / got["runs"][0]["arrivals_per_s"], abs=1e-3
+        )
+    got = run_bench("ledger_partition_migration.py", "--events", "300", "--layouts", "plain")
+    assert got["bench"] == "ledger_partition_migration" and len(got["runs"]) == 1
 
 
 def test_ledger_quick_compares_the_arbitration_with_copy_and_bare_set_based_sql() -> None:
