@@ -1,34 +1,19 @@
 """Retention policy: what the store may forget, and when. Pure: cutoffs and verdicts, no I/O.
 
-The settings (horizons, batch sizes) are read by `agent.config.retention`; this module only
-needs the three horizons, whatever holds them.
+The settings are read by `agent.config.retention`; this module needs only the three horizons,
+each counted back from `now` (an injected clock) against a record's newest evidence:
 
-Three horizons, each counted back from `now` (an injected clock) against the
-newest evidence of a record (its arrival time, or its key's last arrival):
+* `arrivals` (default 30d): an arrival row of an event delivered to every upstream goes.
+* `payloads` (default 90d): the event row of a delivered canonical goes once its last arrival is
+  older; its compact key record stays, so a re-delivery is still `duplicate` or `conflict`.
+* `keys` (default 400d): the key records go; a new key that may be a forgotten one is flagged
+  `key_horizon_passed`. `keys` must exceed the longest possible replay delay.
 
-* `arrivals` (default 30d): the arrival log of events delivered to every
-  upstream. An arrival row goes once it is older than this.
-* `payloads` (default 90d): canonical events delivered to every upstream. The
-  event row (payload, counts, outbox rows) goes once its last arrival is older
-  than this; a compact key record (source, transitionId, bootId, payload_hash,
-  canonical id, first and last arrival) stays, so a re-delivery is still a
-  `duplicate` (or a `conflict`).
-* `keys` (default 400d): the compact key records. Once a key's last arrival is
-  older than this the key is forgotten; a later delivery of it would be taken
-  as new, so a new key that may be a forgotten one is flagged
-  `key_horizon_passed` and counted. The rule: `keys` must exceed the longest
-  possible replay delay (ring buffers, offline imports, upstream outages).
-
-Never pruned, however old: anything not delivered to every upstream (an
-outbox row `pending` or `rejected`, or no outbox row at all: it may still be
-backfilled), identity-incomplete arrivals (the pending list), conflicts
-(events in `DuplicateConflict`, key records with conflicts, conflict
-arrivals), rejected input lines, BootObserved records and their arrivals,
-gaps and anomalies.
-
-The SQL in `agent.store.prune` applies these rules set-based; the verdict
-functions here state them one record at a time for `prune --dry-run` and for
-the tests that check the SQL against them.
+Never pruned: anything not delivered to every upstream, identity-incomplete arrivals,
+conflicts, rejected lines, BootObserved records, gaps and anomalies (the whole list and the
+reasons: docs/architecture.md, "The gateway's retention"). The SQL in `agent.store.prune`
+applies these rules set-based; the verdicts here state them one record at a time for
+`prune --dry-run` and for the tests that check the SQL against them.
 """
 
 from __future__ import annotations

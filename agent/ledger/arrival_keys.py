@@ -1,10 +1,8 @@
 """Arrival keys: a batch run again after its COMMIT went unanswered adds no second arrival.
 
-A connection lost during COMMIT leaves the outcome unknown (ledger.md section 7): the batch
-may have committed, and nothing can tell afterwards. Nothing of it was acknowledged, so it runs
-again, and every row it writes must be idempotent under that re-run. Canonicals and records
-are (their unique keys); an arrival gets a key of its own, unique on (`source`, `arrival_key`)
-(nulls not distinct: a rejected arrival has no source):
+A connection lost during COMMIT leaves the outcome unknown (ledger.md section 7): the batch runs
+again, and every row it writes must be idempotent under that re-run. Canonicals and records are
+(their unique keys); an arrival gets a key of its own, unique on (`source`, `arrival_key`):
 
 | arrival | key: SHA-256 over |
 |---|---|
@@ -12,22 +10,11 @@ are (their unique keys); an arrival gets a key of its own, unique on (`source`, 
 | an import line | the file's SHA-256 and the line number (`from_import` with the digest) |
 | an import line without a file digest | `via`, gateway, line number, the line's text |
 
-The event's text carries its `source` and `id`, the gateway's `outboxid` (its store's UUID and
-the outbox row's id), its `attempt` and `arrivalat`: so the ledger's own re-run of a batch, and
-a broker's redelivery of a PUBLISH the ledger had committed but not acknowledged, are the same
-delivery, while a gateway's resend with the next attempt, or the same record sent again from a
-new outbox row (an operator's replay), is a delivery of its own, kept as evidence. Two
-deliveries that are byte-for-byte the same from one gateway over one path cannot be told apart
-and are one arrival (an event from a sender without `outboxid` and `attempt`, resent as it was).
-
 Before deciding, the arbiter reads the arrivals the batch's keys already have and returns their
-stored decisions: a re-run gives the decisions of the run that committed, and writes no
-arrival, conflict, pending or notification row again. Two ledger instances racing on one key
-are arbitrated by the unique index: the loser's COPY fails, its batch is retried, and the retry
-finds the winner's arrival. Since migration 0007 `arrival` is partitioned by time and the unique
-index is on each leaf partition (a unique key of a partitioned table must hold its partition key):
-the read above spans every partition; the index arbitrates a race inside one period
-(docs/ledger.md, "Time partitions", says the limit at a period boundary).
+stored decisions: a re-run gives the decisions of the run that committed and writes nothing
+again. Since migration 0007 the unique index is on each time partition of `arrival`, and the
+read spans every partition. What counts as the same delivery, the race of two instances and its
+limit at a period boundary: docs/architecture.md, "Arrival keys".
 """
 
 from __future__ import annotations
