@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from agent.cli.context import EX_CONFIG, EX_IOERR
 from agent.cli.ledger.context import LedgerContext, run_ledger
 from agent.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agent.ledger.config import LedgerConfig
+    from agent.ledger.retention_config import RetentionSettings
 
 
 def span(seconds: float) -> str:
@@ -58,9 +62,7 @@ def prune_cmd(obj: LedgerContext, config_path: str, dry_run: bool, as_json: bool
     """
     from agent.ledger import prune
 
-    cfg = _config_with_retention(config_path)
-    settings = cfg.retention
-    assert settings is not None
+    cfg, settings = _config_with_retention(config_path)
 
     async def go() -> prune.PruneResult:
         from agent.ledger import migrations
@@ -115,7 +117,7 @@ def partition_lines(parts: list[Any], dry_run: bool) -> list[str]:
     return out
 
 
-def _config_with_retention(config_path: str) -> Any:
+def _config_with_retention(config_path: str) -> tuple[LedgerConfig, RetentionSettings]:
     """The ledger's configuration; exit 78 with every problem (file:line) or when it has no
     `retention:` section."""
     from agent.ledger import config
@@ -130,7 +132,7 @@ def _config_with_retention(config_path: str) -> Any:
             f"edge-agent ledger: {config_path} has no `retention:` section: nothing to prune", err=True
         )
         sys.exit(EX_CONFIG)
-    return cfg
+    return cfg, cfg.retention
 
 
 def _as_json(result: Any, settings: dict[str, Any]) -> dict[str, Any]:
