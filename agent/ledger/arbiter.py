@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -90,11 +90,14 @@ async def record(
     now: datetime | None = None,
     rules: Sequence[NotifyRule] = (),
     horizon_s: float | None = None,
+    keys_s: float | None = None,
 ) -> list[decide.Outcome]:
     """Decide and commit one batch; returns one Outcome per arrival, in order.
 
     With `horizon_s` (the identity horizon), a key with no identity whose event time is older
-    than `now - horizon_s` is `beyond_horizon` (no canonical, on the pending list).
+    than `now - horizon_s` is `beyond_horizon` (no canonical, on the pending list). With `keys_s`
+    (the arrivals' retention period), arrival keys are looked up among the arrivals received since
+    `now - keys_s` only (`arrival_keys.recorded`).
     Returns only after COMMIT: an outcome is a promise that survives a crash of the ledger.
     Raises LedgerUnavailable when PostgreSQL cannot be reached (nothing of the batch kept).
     """
@@ -104,13 +107,16 @@ async def record(
     for attempt in range(1, RETRIES + 1):
         try:
             async with conn.transaction():
-                return await decide_batch(conn, batch, now or datetime.now(UTC), rules, horizon_s)
+                return await decide_batch(conn, batch, now or datetime.now(UTC), rules, horizon_s, keys_s)
         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure) as exc:
             log.warning("batch retried after %s attempt=%d", type(exc).__name__, attempt)
             await asyncio.sleep(0.01 * attempt)
         except pg_errors.UniqueViolation as exc:
             if not arrival_keys.is_key_violation(exc.diag.constraint_name):
                 raise
+            # The key's first arrival may be older than the window, in the same partition: the
+            # retry reads every partition and finds it (its stored decision, no second arrival).
+            keys_s = None
             # another instance committed an arrival of this batch meanwhile: the retry finds it
             log.info(
                 "batch retried: another ledger instance recorded one of its arrivals attempt=%d", attempt
@@ -128,13 +134,15 @@ async def decide_batch(
     now: datetime,
     rules: Sequence[NotifyRule] = (),
     horizon_s: float | None = None,
+    keys_s: float | None = None,
 ) -> list[decide.Outcome]:
     """The steps of one batch, inside the caller's transaction. An arrival whose key is recorded
     already (a re-run after an unknown COMMIT outcome) gets its stored outcome and writes nothing;
     a repeat of a key inside the batch gets its first's outcome."""
     keys = [(arrival_keys.source_of(a), arrival_keys.key_of(a)) for a in batch]
     firsts, repeats = arrival_keys.split(keys)
-    known = await arrival_keys.recorded(conn, keys, firsts)
+    since = now - timedelta(seconds=keys_s) if keys_s else None
+    known = await arrival_keys.recorded(conn, keys, firsts, since)
     new = [i for i in firsts if i not in known]
     cutoff = decide.horizon_cutoff(now, horizon_s) if horizon_s else None
     if len(new) == len(batch):

@@ -12,15 +12,17 @@ again, and every row it writes must be idempotent under that re-run. Canonicals 
 
 Before deciding, the arbiter reads the arrivals the batch's keys already have and returns their
 stored decisions: a re-run gives the decisions of the run that committed and writes nothing
-again. Since migration 0007 the unique index is on each time partition of `arrival`, and the
-read spans every partition. What counts as the same delivery, the race of two instances and its
-limit at a period boundary: docs/architecture.md, "Arrival keys".
+again. Since migration 0007 the unique index is on each time partition of `arrival`; the read
+spans the partitions received within the arrivals' retention period (all without one). What
+counts as the same delivery, the race of two instances and its limit at a period boundary, the
+window: docs/architecture.md, "Arrival keys".
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -41,15 +43,19 @@ def is_key_violation(name: str | None) -> bool:
     return name is not None and CONSTRAINT in name
 
 
-# The batch's keys are sent once (they were sent twice, one copy for each branch).
+# The batch's keys are sent once (they were sent twice, one copy for each branch). Each key is
+# looked up on its own (LATERAL ... LIMIT 1: index probes, never a hash of whole partitions), and
+# only in the partitions received since the fourth parameter (`-infinity`: all of them).
 READ_KNOWN = """
 WITH k AS MATERIALIZED (SELECT * FROM unnest(%b::int[], %b::text[], %b::bytea[]) AS k(i, s, key))
 SELECT k.i, a.decision, a.canonical_id, a.reason, a.flags
-FROM k JOIN arrival a ON a.source = k.s AND a.arrival_key = k.key
+FROM k CROSS JOIN LATERAL (SELECT decision, canonical_id, reason, flags FROM arrival a
+  WHERE a.source = k.s AND a.arrival_key = k.key AND a.received_at >= %b::timestamptz LIMIT 1) a
 WHERE k.s IS NOT NULL
 UNION ALL
 SELECT k.i, a.decision, a.canonical_id, a.reason, a.flags
-FROM k JOIN arrival a ON a.source IS NULL AND a.arrival_key = k.key
+FROM k CROSS JOIN LATERAL (SELECT decision, canonical_id, reason, flags FROM arrival a
+  WHERE a.source IS NULL AND a.arrival_key = k.key AND a.received_at >= %b::timestamptz LIMIT 1) a
 WHERE k.s IS NULL
 """
 
@@ -96,9 +102,14 @@ def split(keys: Sequence[tuple[str | None, bytes]]) -> tuple[list[int], dict[int
 
 
 async def recorded(
-    conn: Conn, keys: Sequence[tuple[str | None, bytes]], where: Sequence[int]
+    conn: Conn,
+    keys: Sequence[tuple[str | None, bytes]],
+    where: Sequence[int],
+    since: datetime | None = None,
 ) -> dict[int, Outcome]:
-    """The stored outcome of every position in `where` whose key has an arrival already."""
+    """The stored outcome of every position in `where` whose key has an arrival already, received
+    at or after `since` (None: ever). `since` is the arrivals' retention cutoff: an arrival older
+    than it is pruned anyway, and a re-run after an unknown COMMIT comes within seconds."""
     if not where:
         return {}
     cols: tuple[list[int], list[str | None], list[bytes]] = ([], [], [])
@@ -106,7 +117,8 @@ async def recorded(
         cols[0].append(i)
         cols[1].append(keys[i][0])
         cols[2].append(keys[i][1])
-    cur = await conn.execute(READ_KNOWN, cols)
+    bound = since if since is not None else "-infinity"
+    cur = await conn.execute(READ_KNOWN, (*cols, bound, bound))
     out: dict[int, Outcome] = {}
     for i, decision, cid, reason, flags in await cur.fetchall():
         d = Decision(decision)

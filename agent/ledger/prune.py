@@ -34,6 +34,7 @@ import psycopg
 from agent.ledger import prune_partitions, prune_sql
 from agent.ledger.archive import ArchiveError, DayWriter
 from agent.ledger.errors import LedgerError
+from agent.ledger.prune_pace import Pace
 from agent.ledger.prune_partitions import PartitionResult
 from agent.ledger.retention_config import RetentionSettings
 
@@ -105,13 +106,14 @@ async def _run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneR
     log.info("ledger prune run=%d started archive_dir=%s", run_id, settings.archive_dir)
     results: list[StepResult] = []
     parts: list[PartitionResult] = []
+    pace = Pace(settings.duty)
     try:
         for step in prune_sql.STEPS:
             spec = prune_partitions.SPECS.get(step.table)
             if spec is not None:  # whole partitions first, then the rows left (bounded DELETEs)
                 cutoff = cutoff_of(step, settings, now)
-                parts += await prune_partitions.prune_table(conn, run_id, spec, settings, cutoff)
-            res = await _step(conn, run_id, step, settings, now)
+                parts += await prune_partitions.prune_table(conn, run_id, spec, settings, cutoff, pace)
+            res = await _step(conn, run_id, step, settings, now, pace)
             results.append(res)
             log.info(
                 "ledger prune run=%d table=%s archived=%d pruned=%d older_than=%s (%s)",
@@ -131,6 +133,7 @@ async def _run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneR
             raise ArchiveError(f"the archive could not be written: {exc}") from exc
         raise
     await _finish(conn, run_id, "done", None)
+    log.info("ledger prune run=%d done, rested %.1f s (duty %g)", run_id, pace.rested_s, settings.duty)
     return PruneResult(run_id, results, parts)
 
 
@@ -143,10 +146,11 @@ async def _finish(conn: Conn, run_id: int, outcome: str, error: str | None) -> N
 
 
 async def _step(
-    conn: Conn, run_id: int, step: prune_sql.Step, settings: RetentionSettings, now: datetime
+    conn: Conn, run_id: int, step: prune_sql.Step, settings: RetentionSettings, now: datetime, pace: Pace
 ) -> StepResult:
     cutoff = cutoff_of(step, settings, now)
     res = StepResult(step.table, step.setting, cutoff, step.why)
+    params = await _params(conn, step, cutoff)
     writer = DayWriter(Path(settings.archive_dir), step.table, run_id, step.id_field, step.why)
     ids: list[int] = []
     select = await prune_partitions.row_select(conn, step.table, step.select)
@@ -154,10 +158,11 @@ async def _step(
     try:
         async with conn.cursor(name=f"prune_{step.table}") as cur:
             cur.itersize = 2000
-            await cur.execute(sql.encode(), {"cutoff": cutoff, "limit": settings.batch * RUNS_PER_STEP})
+            await cur.execute(sql.encode(), {**params, "limit": settings.batch * RUNS_PER_STEP})
             async for day, row_id, at, line in cur:
                 writer.add(str(day), int(row_id), None if at is None else at.isoformat(), str(line))
                 ids.append(int(row_id))
+                await pace.step()
         files = writer.finish()
     except BaseException:
         writer.abandon()
@@ -167,16 +172,27 @@ async def _step(
     for start in range(0, len(ids), settings.batch):
         async with conn.transaction():
             cur2 = await conn.execute(
-                step.act.encode(), {"ids": ids[start : start + settings.batch], "cutoff": cutoff}
+                step.act.encode(), {**params, "ids": ids[start : start + settings.batch]}
             )
             got = await cur2.fetchone()
             res.pruned += int(got[0]) if got else 0
+        await pace.step()
     await conn.execute(
         "INSERT INTO retention_table_run (run_id, tbl, archived, pruned, files) VALUES (%s, %s, %s, %s, %s)",
         (run_id, step.table, res.archived, res.pruned, res.files),
     )
     await conn.commit()
     return res
+
+
+async def _params(conn: Conn, step: prune_sql.Step, cutoff: datetime) -> dict[str, Any]:
+    """The step's parameters: the cutoff, and its id bound (read once, not in every statement)."""
+    params: dict[str, Any] = {"cutoff": cutoff}
+    if step.bound is not None:
+        cur = await conn.execute(step.bound, params)
+        row = await cur.fetchone()
+        params["bound"] = int(row[0]) if row else 9223372036854775807
+    return params
 
 
 async def _dry_run(conn: Conn, settings: RetentionSettings, now: datetime) -> PruneResult:
@@ -196,7 +212,7 @@ async def _dry_step(
     res = StepResult(step.table, step.setting, cutoff, step.why)
     select = await prune_partitions.row_select(conn, step.table, step.select)
     sql = "SELECT count(*), min(s.at) FROM (" + select + ") AS s(day, id, at, line)"
-    cur = await conn.execute(sql.encode(), {"cutoff": cutoff})
+    cur = await conn.execute(sql.encode(), await _params(conn, step, cutoff))
     row = await cur.fetchone()
     await conn.rollback()
     if row is not None:

@@ -37,6 +37,7 @@ from psycopg import sql
 from agent.ledger import prune_sql, time_partitions
 from agent.ledger.archive import DayWriter
 from agent.ledger.errors import LedgerError
+from agent.ledger.prune_pace import Pace
 from agent.ledger.retention_config import RetentionSettings
 from agent.ledger.time_partitions import Partition
 
@@ -179,14 +180,20 @@ async def dry_run(conn: Conn, spec: Spec, cutoff: datetime) -> list[PartitionRes
 
 
 async def prune_table(
-    conn: Conn, run_id: int, spec: Spec, settings: RetentionSettings, cutoff: datetime
+    conn: Conn,
+    run_id: int,
+    spec: Spec,
+    settings: RetentionSettings,
+    cutoff: datetime,
+    pace: Pace | None = None,
 ) -> list[PartitionResult]:
     """Archive, then truncate (and drop) every partition of the table past the cutoff; recorded in
     `retention_table_run` as `<table>_partitions`. Raises ArchiveError (that partition untouched)."""
     out: list[PartitionResult] = []
+    pace = pace or Pace(settings.duty)
     for part in await expired(conn, spec.table, cutoff):
         try:
-            res = await _one(conn, run_id, spec, part, settings, cutoff)
+            res = await _one(conn, run_id, spec, part, settings, cutoff, pace)
         except psycopg.errors.LockNotAvailable as exc:
             await conn.rollback()
             log.warning(
@@ -222,7 +229,13 @@ async def prune_table(
 
 
 async def _one(
-    conn: Conn, run_id: int, spec: Spec, part: Partition, settings: RetentionSettings, cutoff: datetime
+    conn: Conn,
+    run_id: int,
+    spec: Spec,
+    part: Partition,
+    settings: RetentionSettings,
+    cutoff: datetime,
+    pace: Pace,
 ) -> PartitionResult:
     res = _result(spec, part, cutoff)
     name, params = sql.Identifier(part.name), {"cutoff": cutoff}
@@ -246,7 +259,9 @@ async def _one(
                 )
                 async for row_id, at, line in cur:
                     writer.add(part.name, int(row_id), at.isoformat(), str(line))
+                    await pace.step()  # rests inside the SHARE lock: only writes to this old partition wait
             res.files = [str(f) for f in writer.finish()]  # verified, or ArchiveError
+            await pace.step()
             res.archived = writer.rows
             await _truncate(conn, spec, part, res, params)
     except psycopg.errors.LockNotAvailable:

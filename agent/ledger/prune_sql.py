@@ -26,8 +26,9 @@ class Step:
     setting: str  # the `retention:` key whose period it keeps
     id_field: str  # the id in an archived line
     why: str  # said by --dry-run
-    select: LiteralString  # (day, id, at, line); %(cutoff)s
-    act: LiteralString  # one row: the count; %(ids)s, %(cutoff)s
+    select: LiteralString  # (day, id, at, line); %(cutoff)s, %(bound)s
+    act: LiteralString  # one row: the count; %(ids)s, %(cutoff)s, %(bound)s
+    bound: LiteralString | None = None  # %(bound)s: one row, read once per step; %(cutoff)s
 
 
 KEPT_ARRIVAL: LiteralString = (
@@ -37,8 +38,16 @@ KEPT_ARRIVAL: LiteralString = (
     " OR EXISTS (SELECT 1 FROM boot b WHERE b.arrival_id = a.id)"
     " OR EXISTS (SELECT 1 FROM anomaly y WHERE y.arrival_id = a.id))"
 )
-ARRIVAL_BOUND: LiteralString = (
-    "a.id < coalesce((SELECT id FROM arrival WHERE received_at >= %(cutoff)s ORDER BY id LIMIT 1),"
+# The first id inside the period, read once per step (`Step.bound`) and passed as %(bound)s: read
+# in every delete it walked the older rows' ids again each time (0.1-0.2 s a statement at 1 million
+# canonical rows, 100 statements a run).
+ARRIVAL_BOUND: LiteralString = "a.id < %(bound)s"
+FIRST_ARRIVAL_INSIDE: LiteralString = (
+    "SELECT coalesce((SELECT id FROM arrival WHERE received_at >= %(cutoff)s ORDER BY id LIMIT 1),"
+    " 9223372036854775807)"
+)
+FIRST_CANONICAL_INSIDE: LiteralString = (
+    "SELECT coalesce((SELECT id FROM canonical_event WHERE created_at >= %(cutoff)s ORDER BY id LIMIT 1),"
     " 9223372036854775807)"
 )
 
@@ -53,8 +62,7 @@ IDENTITY_NAMED: LiteralString = (
     " OR EXISTS (SELECT 1 FROM notification n WHERE n.canonical_id = e.id))"
 )
 PAYLOAD_OLD: LiteralString = (
-    "e.payload IS NOT NULL AND e.created_at < %(cutoff)s AND e.id < coalesce((SELECT id FROM canonical_event"
-    " WHERE created_at >= %(cutoff)s ORDER BY id LIMIT 1), 9223372036854775807) AND NOT " + CANONICAL_NAMED
+    "e.payload IS NOT NULL AND e.created_at < %(cutoff)s AND e.id < %(bound)s AND NOT " + CANONICAL_NAMED
 )
 # The event time, as the arbiter counts it against the horizon (decide.event_time); an identity
 # goes only after its payload (so never before `canonical_payloads` has passed).
@@ -105,6 +113,7 @@ STEPS = (
         " WHERE " + ARRIVAL_BOUND + " AND a.received_at < %(cutoff)s AND NOT " + KEPT_ARRIVAL,
         "WITH d AS (DELETE FROM arrival a WHERE a.id = ANY(%(ids)s) AND a.received_at < %(cutoff)s"
         " AND NOT " + KEPT_ARRIVAL + " RETURNING 1) SELECT count(*) FROM d",
+        FIRST_ARRIVAL_INSIDE,
     ),
     Step(
         "canonical_payload",
@@ -116,6 +125,7 @@ STEPS = (
         " WHERE " + PAYLOAD_OLD,
         "WITH d AS (UPDATE canonical_event e SET payload = NULL, payload_pruned_at = now()"
         " WHERE e.id = ANY(%(ids)s) AND " + PAYLOAD_OLD + " RETURNING 1) SELECT count(*) FROM d",
+        FIRST_CANONICAL_INSIDE,
     ),
     Step(
         "canonical_identity",

@@ -13,6 +13,7 @@ retention:
   partition: month            # arrival and notification time partitions: month or day
   partitions_ahead: 2         # made ahead: the current period and this many after it
   database_budget: 400GB      # optional: what the database may take (EdgeLedgerRoomRunningOut)
+  duty: 0.5                   # the prune works at most this share of the time (rests the rest)
 ```
 Durations as elsewhere (`30d`, `12h`, `2w`) plus years (`5y` = 5 x 365 days).
 Without the section nothing is ever pruned and no delivery is `beyond_horizon`.
@@ -48,9 +49,18 @@ class RetentionSettings:
     partition: str = "month"
     partitions_ahead: int = 2
     database_budget: int = 0  # bytes the database may take (0: none stated); the room alert's limit
+    duty: float = 0.5  # the prune's share of the wall time (agent.core.duty); 1.0: no rest
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _share(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"{v!r} is not a number")
+    if not 0.01 <= v <= 1.0:
+        raise ValueError(f"{v!r} must be between 0.01 and 1")
+    return float(v)
 
 
 def _size(v: Any) -> int:
@@ -92,6 +102,7 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
     partition = s.get("partition", _one_of("month", "day"), base.partition)
     ahead = s.get("partitions_ahead", _int_in(1, 366), base.partitions_ahead)
     budget = s.get("database_budget", _size, base.database_budget)
+    duty = s.get("duty", _share, base.duty)
     s.finish()
     longer = [name for name, v in periods.items() if v > horizon]
     if longer:
@@ -111,4 +122,5 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
         partition=partition,
         partitions_ahead=ahead,
         database_budget=budget,
+        duty=duty,
     )

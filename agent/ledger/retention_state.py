@@ -83,15 +83,18 @@ async def _oldest(conn: Conn, table: str, sql: str) -> datetime | None:
     return min(found) if found else None
 
 
-async def stored_horizon(conn: Conn) -> float | None:
-    """The identity horizon (seconds) of the last prune that ran, or None (never pruned)."""
+async def stored_periods(conn: Conn) -> tuple[float | None, float | None]:
+    """The identity horizon and the arrivals' period (seconds) of the last prune that ran, or
+    (None, None): never pruned."""
     cur = await conn.execute(
-        "SELECT (settings->>'identity_horizon_s')::float8 FROM retention_run"
-        " WHERE NOT dry_run ORDER BY id DESC LIMIT 1"
+        "SELECT (settings->>'identity_horizon_s')::float8, (settings->>'arrivals_s')::float8"
+        " FROM retention_run WHERE NOT dry_run ORDER BY id DESC LIMIT 1"
     )
     row = await cur.fetchone()
     await conn.rollback()
-    return None if row is None or row[0] is None else float(row[0])
+    if row is None:
+        return None, None
+    return (None if row[0] is None else float(row[0])), (None if row[1] is None else float(row[1]))
 
 
 async def read(conn: Conn) -> dict[str, Any]:

@@ -107,6 +107,7 @@ def _writer(config: LedgerConfig, dsn: str | None, password: str | None) -> Writ
         rules=config.notify,
         require_sync_standby=config.require_sync_standby,
         horizon_s=config.retention.identity_horizon_s if config.retention else None,
+        keys_s=config.retention.arrivals_s if config.retention else None,
     )
 
 

@@ -49,10 +49,12 @@ class Writer:
         clock: Callable[[], float] = time.monotonic,
         require_sync_standby: bool = False,
         horizon_s: float | None = None,
+        keys_s: float | None = None,
     ) -> None:
         self._dsn = dsn
         self.rules = tuple(rules)  # replaced by a reload; read once per batch
         self.horizon_s = horizon_s  # the identity horizon (`retention:`); None: none
+        self.keys_s = keys_s  # arrival keys looked up over this period (`retention.arrivals`); None: ever
         self._password = password
         self._clock = clock
         self._conn: psycopg.AsyncConnection[tuple[Any, ...]] | None = None
@@ -164,7 +166,9 @@ class Writer:
                             if not failover.unavailable(exc):
                                 raise
                             raise LedgerUnavailable(f"PostgreSQL: {exc}") from exc
-                    outcomes = await arbiter.record(conn, batch, rules=self.rules, horizon_s=self.horizon_s)
+                    outcomes = await arbiter.record(
+                        conn, batch, rules=self.rules, horizon_s=self.horizon_s, keys_s=self.keys_s
+                    )
                 except LedgerUnavailable as exc:
                     if self._withholding and conn is self._conn and not conn.closed:
                         raise  # the server is there; the standby is not: keep the connection

@@ -38,6 +38,7 @@ from typing import Any
 import aiosqlite
 
 from agent.config.retention import RetentionSettings
+from agent.core.duty import rest_after
 from agent.core.errors import StoreError
 from agent.core.retention import Cutoffs, cutoffs
 from agent.store.store import Store
@@ -224,7 +225,7 @@ async def _stage(
             totals.batches += 1
             totals.longest_batch_s = max(totals.longest_batch_s, took)
         # Hold the lock at most `duty` of the time; even at 1.0 a waiting recorder goes first.
-        await asyncio.sleep(took * (1 - settings.duty) / settings.duty)
+        await asyncio.sleep(rest_after(took, settings.duty))
         if not old:
             break
 

@@ -53,6 +53,16 @@ HTTP = "http: {listen: '127.0.0.1:1'}\n"
         pytest.param(
             "retention:\n  archive_dir: /a\n  every: 0s\n", ":4: retention.every: must be longer", id="0s"
         ),
+        pytest.param(
+            "retention:\n  archive_dir: /a\n  duty: 0\n",
+            ":4: retention.duty: 0 must be between 0.01 and 1",
+            id="duty 0",
+        ),
+        pytest.param(
+            "retention:\n  archive_dir: /a\n  duty: half\n",
+            ":4: retention.duty: 'half' is not a number",
+            id="duty not a number",
+        ),
     ],
 )
 def test_retention_errors_name_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
@@ -70,6 +80,7 @@ def test_retention_defaults_and_years(tmp_path: Path) -> None:
     assert r is not None and r.identity_horizon_s == 7 * YEAR and r.arrivals_s == 90 * DAY
     assert r.notifications_s == 30 * DAY and r.canonical_payloads_s == 365 * DAY and r.every_s == 3600
     assert r.database_budget == 0  # none stated: the room alert stays quiet
+    assert r.duty == 0.5  # the prune works at most half the time
 
 
 def write_config(tmp_path: Path) -> Path:

@@ -43,9 +43,10 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
 
     async def go() -> None:
         conn = await obj.open(migrate=True)
-        # The identity horizon the ledger's prune works to (its last run's settings): an import of
-        # old lines meets pruned identities as `ledger run` would, never as new keys.
-        horizon_s = await retention_state.stored_horizon(conn)
+        # The identity horizon and arrivals' period the ledger's prune works to (its last run's
+        # settings): an import of old lines meets pruned identities as `ledger run` would, never
+        # as new keys, and its arrival keys are looked up over the arrivals the prune keeps.
+        horizon_s, keys_s = await retention_state.stored_periods(conn)
         # The young generation's collections wait for 10,000 allocations, as in `edge-agent
         # import`: a batch's thousands of objects live until it is committed and go by reference
         # counting. (Parsing ahead in a second process, as `edge-agent import` does, was tried:
@@ -58,7 +59,7 @@ def import_cmd(obj: LedgerContext, file: str, as_json: bool, gateway: str) -> No
                 digest = file_digest(file)  # (digest, line) is each line's arrival key: a re-run adds none
                 for batch in read_batches(file, receiver=f"ledger-import:{gateway}"):
                     arrivals = [from_import(it, gateway, digest) for it in batch.items]
-                    outcomes = await arbiter.record(conn, arrivals, horizon_s=horizon_s)
+                    outcomes = await arbiter.record(conn, arrivals, horizon_s=horizon_s, keys_s=keys_s)
                     if as_json:
                         sys.stdout.write(_json_results(batch.lines, outcomes))
                         sys.stdout.flush()
