@@ -457,3 +457,11 @@ def test_walk_shows_one_writer_of_a_record_s_event_for_every_upstream() -> None:
     for record in ("transition", "boot"):
         assert not [m for m in got["sparkplug"][record]["walk"] if m.startswith("sinks/")]
         assert "core/record_event.py" in got["sparkplug"][record]["walk"]
+
+
+def test_modbus_client_cpu_compares_our_tcp_client_with_pymodbus_per_request() -> None:
+    got = run_bench("modbus_client_cpu.py", "--n", "2", "--seconds", "0.5", "--rounds", "1")
+    assert got["bench"] == "modbus_client_cpu" and got["rounds"] == 1
+    assert_compared(
+        got["own_cpu_us_per_request"], got["pymodbus_cpu_us_per_request"], got["own_over_pymodbus"]
+    )

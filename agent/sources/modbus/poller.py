@@ -1,4 +1,4 @@
-"""Modbus TCP and RTU source (pymodbus 3.16): one client, one task, one tracker per connection.
+"""Modbus TCP (our own client) and RTU (pymodbus) source: one client, one task, one tracker each.
 
 Holds :class:`ModbusSource`: connect, read the planned blocks and the ring, close. It must not
 send anything but the four read function codes (1-4): nothing here can write to a controller.
@@ -7,8 +7,10 @@ Reads follow :mod:`agent.sources.modbus.plan`: the boot id and all channel field
 request where the map allows (the boot id read again after the other blocks otherwise), the
 ring (header and slots, :mod:`agent.sources.modbus.ring`) in one request, and only when the
 tracker needs it (first read, after a reconnect, a boot change or a counter that moved by more
-than one). pymodbus' own reconnect is off (``reconnect_delay=0``): its default waits up to
-300 s after a long outage, and our loop backs off with jitter and a cap instead
+than one). Modbus TCP uses :mod:`agent.sources.modbus.tcp_client` (our own: the same reads at
+about 0.6 of pymodbus' CPU per request, issue 35, docs/performance.md); RTU stays on pymodbus,
+whose own reconnect is off (``reconnect_delay=0``: its default waits up to 300 s after a long
+outage). Neither retries or reconnects by itself: our loop backs off with jitter and a cap
 (:func:`agent.sources.base.run_source`).
 
 A poll whose registers are exactly those of the last poll on the same connection (boot id,
@@ -34,7 +36,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from pymodbus.client import AsyncModbusSerialClient, AsyncModbusTcpClient
+from pymodbus.client import AsyncModbusSerialClient
 from pymodbus.exceptions import ModbusException
 
 from agent.config.sources import Channel, Device, ModbusRtu, ModbusTcp
@@ -45,6 +47,7 @@ from agent.core.tracker import DeviceTracker, Resume
 from agent.sources.base import StateLog
 from agent.sources.modbus.answers import (
     GATEWAY_CODES,
+    READ_FUNCTIONS,
     BadResponse,
     ExceptionResponse,
     channel_from_registers,
@@ -52,8 +55,10 @@ from agent.sources.modbus.answers import (
 )
 from agent.sources.modbus.decode import DecodeError
 from agent.sources.modbus.field_reads import FieldReads, boot_value
+from agent.sources.modbus.frames import FrameError, Reply
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
 from agent.sources.modbus.ring import ring_blocks, ring_entries, ring_header
+from agent.sources.modbus.tcp_client import ModbusTcpClient
 from agent.sources.readings import channel_fields
 from agent.sources.schedule import BOOK, Pacer, due_in_s
 
@@ -63,13 +68,24 @@ logging.getLogger("pymodbus").setLevel(logging.CRITICAL)  # it logs raw frames; 
 
 SPLIT_FOR_S = 30.0
 TORN_RETRIES = 3
-# The client's read method of each table: the only requests this agent ever sends (function codes 1-4).
+# The RTU client's read method of each table: the only requests this agent ever sends (function
+# codes 1-4; the TCP client, agent.sources.modbus.tcp_client, sends nothing else).
 _READ_OF = {
     "holding": "read_holding_registers",
     "input": "read_input_registers",
     "coil": "read_coils",
     "discrete": "read_discrete_inputs",
 }
+
+
+def _reply_of(rr: Any) -> Reply:
+    """A pymodbus (RTU) response as our own :class:`Reply` (bits not cut: checked as they came)."""
+    fc = int(getattr(rr, "function_code", 0) or 0)
+    unit = getattr(rr, "dev_id", None)
+    if rr.isError():
+        return Reply(fc, unit, [], exception_code=int(getattr(rr, "exception_code", 0)))
+    values = rr.bits if fc in (1, 2) else rr.registers
+    return Reply(fc, unit, [int(v) for v in values])
 
 
 def _now() -> str:
@@ -117,8 +133,8 @@ class ModbusSource:
     def _new_client(self) -> Any:
         """A TCP or serial client without pymodbus' own retries and reconnect."""
         c = self.conn
-        if isinstance(c, ModbusTcp):
-            return AsyncModbusTcpClient(c.host, port=c.port, timeout=c.timeout, retries=0, reconnect_delay=0)
+        if isinstance(c, ModbusTcp):  # our own (issue 35): the TCP reads at a fraction of the CPU
+            return ModbusTcpClient(c.host, port=c.port, timeout=c.timeout)
         return AsyncModbusSerialClient(
             c.serial,
             baudrate=c.baudrate,
@@ -219,34 +235,36 @@ class ModbusSource:
 
     async def read_block(self, block: Block) -> list[int]:
         """One request. Raises ExceptionResponse (device said no) or SourceUnavailable (link)."""
-        if self.client is None:
+        client = self.client
+        if client is None:
             raise SourceUnavailable("not connected")
         # Read-only on purpose: these four are the only requests this agent ever sends (function
         # codes 1-4); nothing here can write to a controller.
-        fn = getattr(self.client, _READ_OF[block.table])
-        # No timer of our own per request: pymodbus waits at most `timeout` for the answer
-        # (retries=0) and then raises ModbusIOException ("No response received"): a link failure.
+        expected = READ_FUNCTIONS[block.table]
+        # No timer of our own per request: either client waits at most `timeout` for the answer
+        # (no retries) and then raises: a link failure.
         try:
-            rr = await fn(block.start, count=block.count, device_id=self.conn.unit)
-        except (ModbusException, OSError, struct.error, ValueError, IndexError) as exc:
-            # pymodbus raises ModbusIOException for no answer in time and for a wrong unit id or
-            # transaction id, and lets struct.error through for a truncated frame: the stream can
-            # no longer be trusted.
+            if isinstance(client, ModbusTcpClient):
+                rr = await client.read(expected, block.start, block.count, self.conn.unit)
+            else:
+                fn = getattr(client, _READ_OF[block.table])
+                rr = _reply_of(await fn(block.start, count=block.count, device_id=self.conn.unit))
+        except (FrameError, ModbusException, OSError, struct.error, ValueError, IndexError) as exc:
+            # No answer in time, the connection closed, a frame that is not the answer (another
+            # transaction or unit id, a truncated or garbage frame; pymodbus raises
+            # ModbusIOException or lets struct.error through): the stream can no longer be trusted.
             raise SourceUnavailable(f"read failed: {exc or type(exc).__name__}") from exc
-        if rr.isError():
-            refused = ExceptionResponse(block, int(getattr(rr, "exception_code", 0)))
+        if rr.exception_code is not None and rr.function_code == expected | 0x80:
+            refused = ExceptionResponse(block, rr.exception_code)
             if refused.code in GATEWAY_CODES:  # the device behind a gateway: unavailable as a whole
                 raise SourceUnavailable(str(refused))
             raise refused
-        bits = block.table in BIT_TABLES
-        values = list(rr.bits if bits else rr.registers)
-        problem = response_problem(
-            block, getattr(rr, "function_code", None), getattr(rr, "dev_id", None), self.conn.unit, values
-        )
+        values = rr.values
+        problem = response_problem(block, rr.function_code, rr.unit, self.conn.unit, values) or rr.problem
         if problem is not None:
             raise BadResponse(block, problem)
-        # Registers: exactly `count` whole numbers in 0..65535 (checked above).
-        return [int(v) for v in values[: block.count]] if bits else values
+        # Registers: exactly `count` whole numbers in 0..65535 (checked above); bits cut to `count`.
+        return values[: block.count] if block.table in BIT_TABLES else values
 
     async def _read_all(self, blocks: Sequence[Block]) -> tuple[dict[Block, list[int]], dict[Block, str]]:
         got: dict[Block, list[int]] = {}
