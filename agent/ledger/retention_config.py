@@ -26,6 +26,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent.config.retention import _number
 from agent.config.units import parse_duration, parse_size
 from agent.config.yaml_lines import _int_in, _one_of, _Section, _text
 
@@ -53,14 +54,6 @@ class RetentionSettings:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _share(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ValueError(f"{v!r} is not a number")
-    if not 0.01 <= v <= 1.0:
-        raise ValueError(f"{v!r} must be between 0.01 and 1")
-    return float(v)
 
 
 def _size(v: Any) -> int:
@@ -102,7 +95,7 @@ def retention_section(s: _Section, check_files: bool) -> RetentionSettings:
     partition = s.get("partition", _one_of("month", "day"), base.partition)
     ahead = s.get("partitions_ahead", _int_in(1, 366), base.partitions_ahead)
     budget = s.get("database_budget", _size, base.database_budget)
-    duty = s.get("duty", _share, base.duty)
+    duty = s.get("duty", _number(float, 0.01, 1.0), base.duty)  # as the gateway's `duty`
     s.finish()
     longer = [name for name, v in periods.items() if v > horizon]
     if longer:

@@ -55,7 +55,7 @@ from agent.sources.modbus.answers import (
 )
 from agent.sources.modbus.decode import DecodeError
 from agent.sources.modbus.field_reads import FieldReads, boot_value
-from agent.sources.modbus.frames import FrameError, Reply
+from agent.sources.modbus.frames import BIT_CODES, FrameError, Reply
 from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan_reads, take
 from agent.sources.modbus.ring import ring_blocks, ring_entries, ring_header
 from agent.sources.modbus.tcp_client import ModbusTcpClient
@@ -84,7 +84,7 @@ def _reply_of(rr: Any) -> Reply:
     unit = getattr(rr, "dev_id", None)
     if rr.isError():
         return Reply(fc, unit, [], exception_code=int(getattr(rr, "exception_code", 0)))
-    values = rr.bits if fc in (1, 2) else rr.registers
+    values = rr.bits if fc in BIT_CODES else rr.registers
     return Reply(fc, unit, [int(v) for v in values])
 
 
