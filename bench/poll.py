@@ -168,7 +168,7 @@ async def bare(
     await asyncio.gather(*(c.connect() for c in clients))
     end = time.monotonic() + warm_up + seconds
     book = SlotBook()  # the agent's slots (agent.sources.schedule), dealt as its pollers take them
-    phases = {d.name: book.take(d.poll, f"{d.name} {d.connections[0].receiver}").phase for d in devices}
+    phases = {d.name: book.take(d.poll).phase for d in devices}
 
     async def one(dev: config.Device, client: AsyncModbusTcpClient) -> None:
         period = dev.poll

@@ -47,7 +47,7 @@ async def bare_opcua(
         clients.append((dev, client, nodes))
     end = time.monotonic() + warm_up + seconds
     book = SlotBook()  # the agent's slots (agent.sources.schedule), dealt as its pollers take them
-    phases = {d.name: book.take(d.poll, f"{d.name} {d.connections[0].receiver}").phase for d in devices}
+    phases = {d.name: book.take(d.poll).phase for d in devices}
 
     async def one(dev: config.Device, client: Client, nodes: list[Any]) -> None:
         period = dev.poll

@@ -14,27 +14,53 @@ slow connections do not pile onto few phases (1,000 PLCs at 1 Hz on 10 slots wou
 requests at once). Each poll stays its own task's await with its own timeout: a slow or dead
 connection never holds back the others of its slot.
 
-:class:`SlotBook` deals the connections of one interval evenly onto its slots (the counts of any
-two slots differ by at most one, so at most ``connections / slots + 1`` requests of the interval
-start at once), in the order they start: the same configuration gets the same slots on every
-start. A connection gives its slot back when its device stops (removed, or restarted by a reload).
+:class:`SlotBook` fills an interval's slots up to ``SLOT_FILL`` connections each before it opens
+another, and opens them in an order that keeps the open ones spread over the interval (halves,
+then quarters, then eighths: a van der Corput sequence, from a first slot named by the interval).
+So a few connections tick together as an aligned loop does (20 OPC UA connections at 10 Hz in
+one slot: asyncua costs several event-loop passes per request, and they are shared by every
+connection of a pass), and many are spread (200 at 10 Hz: 10 slots of 20). At most
+``SLOT_FILL`` requests of an interval start at once while the interval has an empty slot; past
+that (over ``SLOT_FILL`` x slots connections) the least-filled slot takes the next. The same
+configuration gets the same slots on every start. A connection gives its slot back when its
+device stops (removed, or restarted by a reload), and a slot with room is taken again first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 SLOT_S = 0.01  # a slot's width (issue 35 measured 10 and 20 slots at 10 Hz alike, both well under spread)
+SLOT_FILL = 20  # connections a slot takes before the next opens (200 at 10 Hz: 10 slots of 20)
 MAX_SLOTS = 1000  # an interval over 10 s gets slots wider than SLOT_S
 
 
 def slots_of(period: float, slot_s: float = SLOT_S) -> int:
     """How many slots an interval of `period` seconds has: about one per `slot_s`, at least one."""
     return max(1, min(MAX_SLOTS, round(period / slot_s)))
+
+
+def spread_order(n: int, first: int = 0) -> list[int]:
+    """The n slots in the order they open: any leading run of it lies spread over the interval
+    (0, 1/2, 1/4, 3/4, 1/8, ... of it: the van der Corput sequence), turned to start at `first`."""
+    order: list[int] = []
+    seen = [False] * n
+    i = 0
+    while len(order) < n:  # the first 2**k points of the sequence hit every slot once 2**k >= n
+        frac, bit, j = 0.0, 0.5, i
+        while j:
+            frac += bit * (j & 1)
+            j >>= 1
+            bit /= 2
+        k = (first + int(frac * n)) % n
+        if not seen[k]:
+            seen[k] = True
+            order.append(k)
+        i += 1
+    return order
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +73,41 @@ class Slot:
 class SlotBook:
     """The slots taken per poll interval. One per process (:data:`BOOK`); tests make their own."""
 
-    def __init__(self, slot_s: float = SLOT_S) -> None:
+    def __init__(self, slot_s: float = SLOT_S, fill: int = SLOT_FILL) -> None:
         if slot_s <= 0:
             raise ValueError("a slot must be longer than 0")
-        self.slot_s = slot_s
+        if fill < 1:
+            raise ValueError("a slot must take at least one connection")
+        self.slot_s, self.fill = slot_s, fill
         self._counts: dict[float, list[int]] = {}
+        self._orders: dict[float, list[int]] = {}
 
-    def take(self, period: float, key: str) -> Slot:
-        """A least-filled slot of `period`: among those, the first at or after the one the hash of
-        `key` names (so that equal start orders give equal slots, and keys spread when few)."""
-        counts = self._counts.setdefault(period, [0] * slots_of(period, self.slot_s))
-        least, n = min(counts), len(counts)
-        first = zlib.crc32(key.encode("utf-8")) % n
-        index = next(i for i in _from(first, n) if counts[i] == least)
+    def take(self, period: float) -> Slot:
+        """The first opened slot of `period` with room (taking fewer than ``fill``); else the next
+        slot to open; else (every slot open and full) the least-filled, the earliest opened among
+        equals."""
+        counts = self._counts.get(period)
+        if counts is None:
+            n = slots_of(period, self.slot_s)
+            counts = self._counts[period] = [0] * n
+            # The first slot named by the interval, so that intervals do not all open on one instant.
+            self._orders[period] = spread_order(n, zlib.crc32(repr(period).encode()) % n)
+        order = self._orders[period]
+        empty: int | None = None
+        least = order[0]
+        for i in order:
+            c = counts[i]
+            if 0 < c < self.fill:
+                index = i
+                break
+            if c == 0 and empty is None:
+                empty = i
+            if c < counts[least]:
+                least = i
+        else:
+            index = empty if empty is not None else least
         counts[index] += 1
-        return Slot(period, index, index * period / n)
+        return Slot(period, index, index * period / len(counts))
 
     def give_back(self, slot: Slot) -> None:
         counts = self._counts.get(slot.period)
@@ -70,10 +116,6 @@ class SlotBook:
 
     def counts(self, period: float) -> list[int]:
         return list(self._counts.get(period, [0] * slots_of(period, self.slot_s)))
-
-
-def _from(first: int, n: int) -> Iterable[int]:
-    return ((first + i) % n for i in range(n))
 
 
 BOOK = SlotBook()

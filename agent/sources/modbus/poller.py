@@ -118,7 +118,7 @@ class ModbusSource:
         self.errors = StateLog(log, f'Device "{device.name}" ({self.receiver} unit {conn.unit})')
         self.polls = 0
         # Its slot in the poll interval (agent.sources.schedule), given back by `release`.
-        self.slot = BOOK.take(device.poll, f"{device.name} {conn.receiver}")
+        self.slot = BOOK.take(device.poll)
         self.phase = self.slot.phase
         self.pacer = Pacer()
         # The registers of the last poll on this connection after which the tracker was settled.

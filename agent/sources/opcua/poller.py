@@ -98,7 +98,7 @@ class OpcUaSource:
         self.alarm_memory = alarm_memory  # read once, before the first connect
         self.alarm_pending = Observations()
         # Its slot in the poll interval (agent.sources.schedule), given back by `release`.
-        self.slot = BOOK.take(device.poll, f"{device.name} {conn.receiver}")
+        self.slot = BOOK.take(device.poll)
         self.phase = self.slot.phase
         self.pacer = Pacer()
         # What the last read on this session answered (`_answered`), kept when the tracker was
