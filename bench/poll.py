@@ -67,7 +67,7 @@ from agent.service.runtime import tuned_process  # noqa: E402
 from agent.sources.base import run_source  # noqa: E402
 from agent.sources.modbus.poller import ModbusSource  # noqa: E402
 from agent.sources.pollers import build_source  # noqa: E402
-from agent.sources.schedule import SlotBook, due_in_s  # noqa: E402
+from agent.sources.schedule import BOOK, SlotBook, due_in_s  # noqa: E402
 from agent.store.store import Store  # noqa: E402
 from bench.poll_figures import Window, compared, missed_pct  # noqa: E402
 from bench.poll_opcua import bare_opcua  # noqa: E402
@@ -144,6 +144,7 @@ class CountedLive(ConnectionLive):
 def plan_of(device: config.Device) -> list[tuple[str, int, int]]:
     """The (table, start, count) blocks the agent reads on every poll of this Modbus device."""
     src = build_source(device, device.connections[0])
+    src.release()  # its slot: the agent's own pollers deal the process's slots, not the bare loop
     assert isinstance(src, ModbusSource)
     return [(b.table, b.start, b.count) for b in src.plan.blocks]
 
@@ -213,6 +214,12 @@ async def agent(devices: Sequence[config.Device], seconds: float, db: Path, warm
             if oc.decision is Decision.INSERTED and d.live and d.source_timestamp:
                 committed.append((now, d.source_timestamp))
 
+    # The agent's slots are dealt from the process's book: anything the bench left in it (a source
+    # built and not given back) would deal this side's connections onto other slots than a
+    # service's.
+    left = {d.poll: sum(BOOK.counts(d.poll)) for d in devices if sum(BOOK.counts(d.poll))}
+    if left:
+        raise SystemExit(f"bench bug: slots still taken before the agent's run: {left}")
     store = await Store.open(db)
     recorder = Recorder(store, on_commit=on_commit)
     stop, stop_rec = asyncio.Event(), asyncio.Event()
