@@ -127,6 +127,12 @@ def due_in_s(period: float, phase: float, now: float) -> float:
     return period - ((now - phase) % period)
 
 
+def next_tick(period: float, phase: float, now: float) -> float:
+    """The instant (``time.monotonic``, the event loop's clock) of the next tick at `phase + k *
+    period` after `now`: every connection of a slot gets the same one, up to rounding."""
+    return now + due_in_s(period, phase, now)
+
+
 MIN_SLEEP_S = 0.001  # the event loop's timers wait in whole milliseconds (epoll)
 
 
@@ -135,21 +141,50 @@ def _wake(tick: asyncio.Future[None]) -> None:
         tick.set_result(None)
 
 
+class _SlotTimers:
+    """One event-loop timer per instant that ticks fall due on: the connections of a slot wake
+    from one timer (one heap entry and one callback for the slot, not one per connection)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._due: dict[int, list[asyncio.Future[None]]] = {}
+
+    def add(self, loop: asyncio.AbstractEventLoop, when: float, tick: asyncio.Future[None]) -> None:
+        if loop is not self._loop:  # another event loop (tests run several): its own timers
+            self._loop, self._due = loop, {}
+        key = round(when * 1e6)  # the same instant, up to float rounding, is the same microsecond
+        ticks = self._due.get(key)
+        if ticks is not None:
+            ticks.append(tick)
+            return
+        self._due[key] = [tick]
+        loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: int) -> None:
+        for tick in self._due.pop(key, ()):
+            _wake(tick)
+
+
+_TIMERS = _SlotTimers()
+
+
 class Pacer:
     """One connection's ticks: the future to await for the next one, done early when one of the
     given events (that stay set once set: ``stop``, a lost link) is set.
 
-    One waiter per event lives as long as the event, not one per tick: each tick is one future
-    and one timer, as ``asyncio.sleep``. Call :meth:`drop` when the connection closes."""
+    One waiter per event lives as long as the event, not one per tick: each tick is one future,
+    and the ticks due on one instant (a slot's connections) share one timer. Call :meth:`drop`
+    when the connection closes."""
 
     def __init__(self) -> None:
         self._tick: asyncio.Future[None] | None = None  # the last tick handed out
         self._events: tuple[asyncio.Event, ...] = ()
         self._waiters: list[asyncio.Future[Any]] = []
 
-    def tick(self, delay: float, *events: asyncio.Event) -> asyncio.Future[None] | None:
-        """A future done in `delay` seconds or when one of `events` is set; None when one is set.
-        A delay under a millisecond yields to the loop once (a timer would wait a whole one)."""
+    def tick(self, when: float, *events: asyncio.Event) -> asyncio.Future[None] | None:
+        """A future done at `when` (the loop's clock: :func:`next_tick`) or when one of `events`
+        is set; None when one is set. Under a millisecond away it yields to the loop once (a
+        timer would wait a whole one)."""
         if events != self._events:
             self.drop()
             self._events = events
@@ -163,10 +198,10 @@ class Pacer:
         loop = asyncio.get_running_loop()
         tick = self._tick = loop.create_future()
         # Left to fire when the tick was ended early: `_wake` finds it done.
-        if delay < MIN_SLEEP_S:
+        if when - loop.time() < MIN_SLEEP_S:
             loop.call_soon(_wake, tick)
         else:
-            loop.call_later(delay, _wake, tick)
+            _TIMERS.add(loop, when, tick)
         return tick
 
     def _set(self, waiter: asyncio.Future[Any]) -> None:

@@ -143,3 +143,54 @@ def test_a_device_stopped_gives_its_connections_slots_back(tmp_path: Path) -> No
 
     asyncio.run(go())
     assert BOOK.counts(device.poll) == before
+
+
+def test_the_ticks_of_a_slot_share_one_timer_and_none_wakes_early() -> None:
+    from agent.sources.schedule import Pacer, next_tick
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        # 20 connections of one slot and 5 of the next: their instants computed apart, at other
+        # moments, as each poller does after its own read
+        same = [Pacer().tick(next_tick(0.1, 0.03, now + i * 1e-5), asyncio.Event()) for i in range(20)]
+        other = [Pacer().tick(next_tick(0.1, 0.04, now), asyncio.Event()) for _ in range(5)]
+        due_same, due_other = next_tick(0.1, 0.03, now), next_tick(0.1, 0.04, now)
+        timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        assert len(timers) == 2  # one per instant, not one per connection
+        woken: dict[str, float] = {}
+        ticks = [t for t in same + other if t is not None]
+        for t in ticks[:20]:
+            t.add_done_callback(lambda _f: woken.setdefault("same", loop.time()))
+        for t in ticks[20:]:
+            t.add_done_callback(lambda _f: woken.setdefault("other", loop.time()))
+        await asyncio.gather(*ticks)
+        assert woken["same"] >= due_same and woken["other"] >= due_other
+
+    asyncio.run(go())
+    asyncio.run(go())  # a second event loop gets timers of its own
+
+
+def test_a_tick_ends_at_stop_and_its_slot_timer_still_wakes_the_others() -> None:
+    from agent.sources.schedule import Pacer, next_tick
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        when = next_tick(0.05, 0.0, loop.time())
+        stop = asyncio.Event()
+        first, second = Pacer(), Pacer()
+        t1, t2 = first.tick(when, stop), second.tick(when, asyncio.Event())
+        assert t1 is not None and t2 is not None
+        stop.set()
+        await asyncio.wait_for(t1, 0.04)  # ended by stop, before its instant
+        assert not t2.done() and first.tick(when, stop) is None  # stop stays set: no tick
+        await t2
+        assert loop.time() >= when
+        first.drop()
+        second.drop()
+        before = len(loop._scheduled)  # type: ignore[attr-defined]
+        soon = Pacer().tick(loop.time() + 0.0001, asyncio.Event())  # under 1 ms: one yield, no timer
+        assert soon is not None and len(loop._scheduled) == before  # type: ignore[attr-defined]
+        await soon
+
+    asyncio.run(go())

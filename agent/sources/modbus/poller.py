@@ -60,7 +60,7 @@ from agent.sources.modbus.plan import BIT_TABLES, Block, Plan, plan_blocks, plan
 from agent.sources.modbus.ring import ring_blocks, ring_entries, ring_header
 from agent.sources.modbus.tcp_client import ModbusTcpClient
 from agent.sources.readings import channel_fields
-from agent.sources.schedule import BOOK, Pacer, due_in_s
+from agent.sources.schedule import BOOK, Pacer, next_tick
 
 log = logging.getLogger(__name__)
 NOTHING = Observations()  # what a poll that read exactly what the last one read adds
@@ -185,8 +185,8 @@ class ModbusSource:
 
     async def wait(self, stop: asyncio.Event) -> None:
         """Sleep to this connection's next tick (its phase over the poll interval), or until stop:
-        one future and one timer, as `asyncio.sleep` (:class:`agent.sources.schedule.Pacer`)."""
-        tick = self.pacer.tick(due_in_s(self.dev.poll, self.phase, time.monotonic()), stop)
+        one future, the timer shared with its slot (:class:`agent.sources.schedule.Pacer`)."""
+        tick = self.pacer.tick(next_tick(self.dev.poll, self.phase, time.monotonic()), stop)
         if tick is not None:
             await tick
 

@@ -54,7 +54,7 @@ from agent.sources.opcua.session import (
     subscribe,
 )
 from agent.sources.readings import merge
-from agent.sources.schedule import BOOK, Pacer, due_in_s
+from agent.sources.schedule import BOOK, Pacer, due_in_s, next_tick
 
 log = logging.getLogger(__name__)
 NOTHING = Observations()  # what a poll that read exactly what the last one read adds
@@ -227,8 +227,9 @@ class OpcUaSource:
         if self.lost.is_set():
             raise SourceUnavailable("connection lost")
         if not self.conn.subscribe and self.alarm_link is None:
-            # Plain reads: the poll interval, stop or loss; one future and one timer per tick.
-            tick = self.pacer.tick(self._next_due(), stop, self.lost)
+            # Plain reads: the poll interval, stop or loss; one future per tick, the timer shared
+            # with the connections of its slot.
+            tick = self.pacer.tick(next_tick(self.dev.poll, self.phase, time.monotonic()), stop, self.lost)
             if tick is not None:
                 await tick
             if self.lost.is_set() and not stop.is_set():
