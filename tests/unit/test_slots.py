@@ -150,7 +150,7 @@ def test_the_ticks_of_a_slot_share_one_timer_and_none_wakes_early() -> None:
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = loop.time() + 0.005  # every instant at least 5 ms ahead: timers, never a plain yield
         # 20 connections of one slot and 5 of the next: their instants computed apart, at other
         # moments, as each poller does after its own read
         same = [Pacer().tick(next_tick(0.1, 0.03, now + i * 1e-5), asyncio.Event()) for i in range(20)]
@@ -176,7 +176,7 @@ def test_a_tick_ends_at_stop_and_its_slot_timer_still_wakes_the_others() -> None
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
-        when = next_tick(0.05, 0.0, loop.time())
+        when = next_tick(0.05, 0.0, loop.time() + 0.01)  # at least 10 ms ahead
         stop = asyncio.Event()
         first, second = Pacer(), Pacer()
         t1, t2 = first.tick(when, stop), second.tick(when, asyncio.Event())
